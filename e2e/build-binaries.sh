@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Build the real control-plane binaries from Go modules (no Docker, no
+# downloads besides the Go module proxy) into a version-stamped cache outside
+# the repo:  ${USHER_CACHE:-~/.cache/usher}/bin/<version>/<binary>.
+#
+# A binary whose `--version` already reports the pinned version is skipped,
+# so a warm run costs seconds. Prints the bin directories it filled.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache="${USHER_CACHE:-$HOME/.cache/usher}"
+work="$cache/build"
+mkdir -p "$work"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+goflags=(-trimpath)
+
+log() { printf '[build-binaries] %s\n' "$*" >&2; }
+
+# has_version BIN PATTERN ARGS...: true when BIN exists and `BIN ARGS` prints PATTERN.
+has_version() {
+  local bin="$1" want="$2"; shift 2
+  [[ -x "$bin" ]] && "$bin" "$@" 2>/dev/null | grep -qF -- "$want"
+}
+
+# wrapper_module DIR: a throwaway main module, so dependencies' local
+# `replace` directives (which break `go install pkg@version`) do not apply.
+wrapper_module() {
+  local dir="$1"
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.mod" ]]; then
+    (cd "$dir" && go mod init "usher.invalid/$(basename "$dir")" >/dev/null 2>&1)
+  fi
+}
+
+build_kubernetes() {
+  local v="$KUBERNETES_VERSION" out="$cache/bin/$KUBERNETES_VERSION"
+  local staging="v0.${v#v1.}"
+  local need=0 b
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    has_version "$out/$b" "Kubernetes $v" --version || need=1
+  done
+  has_version "$out/kubectl" "Client Version: $v" version --client || need=1
+  if [[ $need == 0 ]]; then log "kubernetes $v: cached"; return; fi
+  log "kubernetes $v: building (cold: 15-30 min on 2 cores)"
+  local dir="$work/kubernetes-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 with replaces that
+  # only work inside its own repo: point every one of them at the release tag.
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  local mods
+  mods="$(sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$gomod" | sort -u)"
+  [[ -n "$mods" ]] || { log "no staging modules found in $gomod"; exit 1; }
+  local m args=()
+  for m in $mods; do args+=("-replace=$m=$m@$staging"); done
+  go mod edit "${args[@]}"
+  local pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+              k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  local p
+  for p in "${pkgs[@]}"; do go get -tool "$p@$v" >/dev/null; done
+  local minor="${v#v1.}"; minor="${minor%%.*}"
+  local ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  mkdir -p "$out"
+  go build "${goflags[@]}" -tags selinux,notest,grpcnotrace -ldflags "$ld" -o "$out/" "${pkgs[@]}"
+  cd - >/dev/null
+}
+
+build_etcd() {
+  local v="$ETCD_VERSION" out="$cache/bin/$ETCD_VERSION"
+  if has_version "$out/etcd" "etcd Version: ${v#v}" --version; then log "etcd $v: cached"; return; fi
+  log "etcd $v: building"
+  local dir="$work/etcd-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  go get -tool "go.etcd.io/etcd/server/v3@$v" >/dev/null
+  mkdir -p "$out"
+  go build "${goflags[@]}" -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
+  cd - >/dev/null
+}
+
+build_kwok() {
+  local v="$KWOK_VERSION" out="$cache/bin/$KWOK_VERSION"
+  if has_version "$out/kwok" "$v" --version; then log "kwok $v: cached"; return; fi
+  log "kwok $v: building"
+  local dir="$work/kwok-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  go get -tool "sigs.k8s.io/kwok/cmd/kwok@$v" >/dev/null
+  mkdir -p "$out"
+  go build "${goflags[@]}" -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok
+  # kwok ships its stage definitions in the module, not in the binary.
+  local src
+  src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  rm -rf "$out/kwok-stages"; mkdir -p "$out/kwok-stages"
+  cp -r "$src/kustomize/stage/." "$out/kwok-stages/"
+  chmod -R u+w "$out/kwok-stages"
+  cd - >/dev/null
+}
+
+build_helm() {
+  local v="$HELM_VERSION" out="$cache/bin/$HELM_VERSION"
+  if has_version "$out/helm" "$v" version --short; then log "helm $v: cached"; return; fi
+  log "helm $v: building"
+  local dir="$work/helm-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  go get -tool "helm.sh/helm/v4/cmd/helm@$v" >/dev/null
+  mkdir -p "$out"
+  go build "${goflags[@]}" -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$v" -o "$out/helm" helm.sh/helm/v4/cmd/helm
+  cd - >/dev/null
+}
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm)
+start=$SECONDS
+for t in "${targets[@]}"; do
+  case "$t" in
+    kubernetes) build_kubernetes ;;
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    helm) build_helm ;;
+    *) log "unknown target $t (kubernetes, etcd, kwok, helm)"; exit 2 ;;
+  esac
+done
+log "done in $((SECONDS - start)) s"

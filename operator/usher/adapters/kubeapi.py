@@ -1,0 +1,72 @@
+"""The one HTTP seam to the API server for writes: raw JSON in, status + JSON out.
+
+Built on ``kubernetes.aio``'s ApiClient (aiohttp, auth, TLS) but without its
+model (de)serialisation: the dispatcher needs status codes and headers
+(Retry-After), and a pods/binding response is a Status the generated client
+cannot deserialise into a V1Binding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kubernetes.aio.client
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResult:
+    status: int
+    body: Mapping[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message") or self.body.get("reason") or f"HTTP {self.status}")
+
+
+class KubeApi:
+    """``await api.request("POST", "/api/v1/...", body)`` -> ApiResult. Never raises on HTTP errors."""
+
+    def __init__(self, config: kubernetes.aio.client.Configuration, *, timeout: float = 30.0) -> None:
+        self._client = kubernetes.aio.client.ApiClient(configuration=config)
+        self._client.user_agent = "usher"
+        self._timeout = timeout
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | list[Any] | None = None,
+        *,
+        content_type: str = "application/json",
+    ) -> ApiResult:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = await self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        http_method, url, header_params, payload, post_params = serialized
+        response = await self._client.call_api(
+            http_method, url, header_params, payload, post_params, _request_timeout=self._timeout
+        )
+        raw = await response.read()
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"message": raw.decode(errors="replace")[:500]}
+        if not isinstance(data, dict):
+            data = {"items": data}
+        return ApiResult(status=response.status, body=data, headers=dict(response.headers))

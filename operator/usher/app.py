@@ -1,0 +1,135 @@
+"""The composition root: builds every part of a running usher and names every task.
+
+    connect -> metrics, API client, dispatcher -> scheduler (cache + queue)
+    tasks: kopf operator (watches), scheduling loop, HTTP server (/metrics, /healthz, /readyz)
+
+SIGINT/SIGTERM stop the operator, cancel the loop, let in-flight API calls
+finish briefly, and close every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+import kopf
+
+from usher.adapters import watching
+from usher.adapters.connecting import connect, kopf_connection_info
+from usher.adapters.dispatching import Dispatcher
+from usher.adapters.kubeapi import KubeApi
+from usher.adapters.metrics import Metrics
+from usher.adapters.serving import HealthSource, build_app, serve
+from usher.core.clock import MonotonicClock
+from usher.runtime import Scheduler, SchedulerOptions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    kubeconfig: str | None = None
+    scheduler_name: str = "usher"
+    metrics_bind_address: str = "127.0.0.1:10251"
+    seed: int | None = None
+
+
+class _Health(HealthSource):
+    def __init__(self, scheduler: Scheduler, loop_task: asyncio.Task[None]) -> None:
+        self._scheduler = scheduler
+        self._loop_task = loop_task
+
+    def healthy(self) -> tuple[bool, str]:
+        if self._loop_task.done():
+            return False, "scheduling loop stopped"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._scheduler.synced.is_set():
+            return False, "cache not synced yet"
+        return self.healthy()
+
+
+async def _cluster_is_empty(api: KubeApi) -> bool:
+    """True when there is no pod and no node at all: nothing for the watch to deliver."""
+    for path in ("/api/v1/pods?limit=1", "/api/v1/nodes?limit=1"):
+        result = await api.request("GET", path)
+        if not result.ok or result.body.get("items"):
+            return False
+    return True
+
+
+async def run(options: RunOptions) -> None:
+    connection = await connect(options.kubeconfig)
+    logger.info("connecting to %s (%s)", connection.async_config.host, connection.source)
+    metrics = Metrics()
+    api = KubeApi(connection.async_config)
+    dispatcher = Dispatcher(api, observer=metrics)
+    scheduler = Scheduler(
+        SchedulerOptions(scheduler_name=options.scheduler_name, seed=options.seed),
+        clock=MonotonicClock(),
+        metrics=metrics,
+        dispatcher=dispatcher,
+    )
+
+    registry = kopf.OperatorRegistry()
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # kopf must write nothing, not even Events of its own
+    settings.scanning.disabled = True  # no CRD/namespace discovery: pods and nodes only
+    settings.watching.server_timeout = 300
+
+    @kopf.on.login(registry=registry)
+    def login(**_: object) -> kopf.ConnectionInfo:
+        return kopf_connection_info(connection.sync_config)
+
+    watching.register(registry, scheduler)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    dispatcher.start()
+    loop_task = asyncio.create_task(scheduler.run(), name="scheduling-loop")
+    runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task)), options.metrics_bind_address)
+    logger.info("serving /metrics, /healthz and /readyz on port %d", port)
+    operator_stop: asyncio.Future[None] = loop.create_future()
+    operator_task = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=True,
+            clusterwide=True,
+            stop_flag=operator_stop,
+        ),
+        name="kopf-operator",
+    )
+    if await _cluster_is_empty(api):
+        scheduler.mark_synced()
+    stop_task = asyncio.create_task(stop.wait(), name="stop-signal")
+    try:
+        done, _ = await asyncio.wait({stop_task, loop_task, operator_task}, return_when=asyncio.FIRST_COMPLETED)
+        # kopf handles SIGINT/SIGTERM itself (replacing our handlers): its clean exit is a stop request.
+        for task in done:
+            if task is not stop_task and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        logger.info("stopping")
+        if not operator_stop.done():
+            operator_stop.set_result(None)
+        loop_task.cancel()
+        stop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(operator_task, timeout=10)
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop_task
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(dispatcher.drained(), 5.0)
+        await dispatcher.stop()
+        await runner.cleanup()
+        await api.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,135 @@
+"""The cache: nodes, every pod assigned to them (whoever scheduled it), and assumed pods.
+
+Pure. Lifecycle of a pod the scheduler places:
+
+    assume(pod, node)      -- counted on the node at once, before the API call
+    finish_binding(key)    -- the binding call returned; start the expiry clock
+    add_or_update_pod(pod) -- the watch shows it bound: confirmed, no longer assumed
+    forget(key)            -- the binding failed: uncounted again
+    cleanup_expired(now)   -- a binding that never showed up in the watch
+
+Pods that are terminal (Succeeded/Failed) free their node's resources, as in
+kube-scheduler. A pod seen on a node the watch has not listed yet is kept on
+a placeholder NodeInfo so it is counted once the node appears.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from usher.core.cache.nodeinfo import NodeInfo
+from usher.core.types import NodeName, PodInfo, PodKey
+
+DEFAULT_ASSUMED_TTL = 30.0
+"""Seconds an assumed pod may wait for its binding to show in the watch after the call returned."""
+
+
+@dataclass(slots=True)
+class _Assumed:
+    pod: PodInfo
+    deadline: float | None  # None while the binding call is still running
+
+
+class Cache:
+    def __init__(self, *, assumed_ttl: float = DEFAULT_ASSUMED_TTL) -> None:
+        self._nodes: dict[NodeName, NodeInfo] = {}
+        self._pod_nodes: dict[PodKey, NodeName] = {}
+        self._assumed: dict[PodKey, _Assumed] = {}
+        self._assumed_ttl = assumed_ttl
+
+    # -- nodes ---------------------------------------------------------------
+
+    def add_or_update_node(self, raw: Mapping[str, Any]) -> NodeInfo:
+        name = NodeName(str((raw.get("metadata") or {}).get("name") or ""))
+        info = self._nodes.get(name)
+        if info is None:
+            info = self._nodes[name] = NodeInfo(name=name)
+        info.set_node(raw)
+        return info
+
+    def remove_node(self, name: str) -> None:
+        info = self._nodes.get(NodeName(name))
+        if info is None:
+            return
+        if info.pods:
+            # Keep counting its pods: they may still be running until deleted.
+            info.raw = None
+        else:
+            del self._nodes[NodeName(name)]
+
+    # -- assigned pods -------------------------------------------------------
+
+    def add_or_update_pod(self, pod: PodInfo) -> None:
+        """Reflect a pod the watch shows as bound (or no longer bound, or terminal)."""
+        self._assumed.pop(pod.key, None)
+        if not pod.assigned or pod.terminal:
+            self.remove_pod(pod.key)
+            return
+        self._place(pod, NodeName(pod.node_name))
+
+    def remove_pod(self, key: PodKey) -> None:
+        self._assumed.pop(key, None)
+        node = self._pod_nodes.pop(key, None)
+        if node is None:
+            return
+        info = self._nodes.get(node)
+        if info is None:
+            return
+        info.remove_pod(key)
+        if not info.exists and not info.pods:
+            del self._nodes[node]
+
+    def _place(self, pod: PodInfo, node: NodeName) -> None:
+        previous = self._pod_nodes.get(pod.key)
+        if previous is not None and previous != node:
+            self.remove_pod(pod.key)
+        info = self._nodes.get(node)
+        if info is None:
+            info = self._nodes[node] = NodeInfo(name=node)
+        info.add_pod(pod)
+        self._pod_nodes[pod.key] = node
+
+    # -- assumed pods --------------------------------------------------------
+
+    def assume(self, pod: PodInfo, node: NodeName) -> None:
+        """Count ``pod`` on ``node`` before the binding reaches the API server."""
+        if pod.key in self._pod_nodes:
+            raise ValueError(f"pod {pod.key} is already counted on node {self._pod_nodes[pod.key]}")
+        self._place(pod, node)
+        self._assumed[pod.key] = _Assumed(pod=pod, deadline=None)
+
+    def finish_binding(self, key: PodKey, now: float) -> None:
+        assumed = self._assumed.get(key)
+        if assumed is not None:
+            assumed.deadline = now + self._assumed_ttl
+
+    def forget(self, key: PodKey) -> None:
+        if key in self._assumed:
+            self.remove_pod(key)
+
+    def is_assumed(self, key: PodKey) -> bool:
+        return key in self._assumed
+
+    def cleanup_expired(self, now: float) -> list[PodKey]:
+        expired = [k for k, a in self._assumed.items() if a.deadline is not None and a.deadline <= now]
+        for key in expired:
+            self.remove_pod(key)
+        return expired
+
+    # -- reading -------------------------------------------------------------
+
+    def node_infos(self) -> list[NodeInfo]:
+        """Existing nodes, in name order (a stable base for sampling and tie-breaks)."""
+        return sorted((i for i in self._nodes.values() if i.exists), key=lambda i: i.name)
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(NodeName(name))
+
+    def node_of(self, key: PodKey) -> NodeName | None:
+        return self._pod_nodes.get(key)
+
+    @property
+    def node_count(self) -> int:
+        return sum(1 for i in self._nodes.values() if i.exists)

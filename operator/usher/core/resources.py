@@ -1,0 +1,146 @@
+"""Kubernetes resource quantities and pod requests, computed as kube-scheduler does.
+
+Pure. Quantities are parsed into integers: cpu in millicores, everything else
+in base units rounded up (like ``resource.Quantity.Value()``), so fit checks
+are exact integer comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+ResourceList = dict[str, int]
+"""Resource name -> amount (cpu in millicores, others in base units)."""
+
+
+class QuantityError(ValueError):
+    """A quantity string the API server would not have accepted."""
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity (``"100m"``, ``"1Gi"``, ``"1e3"``, ``2``) into a Decimal."""
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    text = value.strip()
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise QuantityError(f"invalid quantity {value!r}")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        amount = Decimal(number)
+    except InvalidOperation as exc:
+        raise QuantityError(f"invalid quantity {value!r}") from exc
+    if suffix in _BINARY_SUFFIXES:
+        return amount * _BINARY_SUFFIXES[suffix]
+    return amount * _DECIMAL_SUFFIXES[suffix]
+
+
+def to_amount(name: str, value: str | int | float) -> int:
+    """A quantity as the integer usher compares: millicores for cpu, rounded-up units otherwise."""
+    quantity = parse_quantity(value)
+    if name == CPU:
+        return math.ceil(quantity * 1000)
+    return math.ceil(quantity)
+
+
+def resource_list(raw: Mapping[str, Any] | None) -> ResourceList:
+    """Convert a ``{name: quantity}`` mapping from the API into a ResourceList."""
+    if not raw:
+        return {}
+    return {name: to_amount(name, value) for name, value in raw.items()}
+
+
+def add_into(total: ResourceList, other: Mapping[str, int]) -> None:
+    """total += other, in place."""
+    for name, amount in other.items():
+        total[name] = total.get(name, 0) + amount
+
+
+def max_into(total: ResourceList, other: Mapping[str, int]) -> None:
+    """total = elementwise max(total, other), in place."""
+    for name, amount in other.items():
+        if amount > total.get(name, 0):
+            total[name] = amount
+
+
+def _container_requests(container: Mapping[str, Any]) -> ResourceList:
+    resources = container.get("resources") or {}
+    requests = resource_list(resources.get("requests"))
+    # The API server defaults requests to limits when only limits are given.
+    for name, amount in resource_list(resources.get("limits")).items():
+        requests.setdefault(name, amount)
+    return requests
+
+
+def _sum_requests(containers: Iterable[Mapping[str, Any]]) -> ResourceList:
+    total: ResourceList = {}
+    for container in containers:
+        add_into(total, _container_requests(container))
+    return total
+
+
+def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
+    """The resources a pod occupies on a node, as kube-scheduler's ``PodRequests`` counts them.
+
+    Regular containers are summed; sidecars (init containers with
+    ``restartPolicy: Always``) run alongside them and are added; each
+    ordinary init container runs alone next to the sidecars started before it,
+    so the pod needs the maximum of the two phases. Pod-level
+    ``spec.resources.requests`` override cpu/memory when set, and
+    ``spec.overhead`` is added on top.
+    """
+    spec = pod.get("spec") or {}
+    requests = _sum_requests(spec.get("containers") or [])
+    sidecars: ResourceList = {}
+    init_peak: ResourceList = {}
+    for init in spec.get("initContainers") or []:
+        init_requests = _container_requests(init)
+        if init.get("restartPolicy") == "Always":
+            add_into(requests, init_requests)
+            add_into(sidecars, init_requests)
+            phase = dict(sidecars)
+        else:
+            phase = dict(init_requests)
+            add_into(phase, sidecars)
+        max_into(init_peak, phase)
+    max_into(requests, init_peak)
+    pod_level = resource_list((spec.get("resources") or {}).get("requests"))
+    for name in (CPU, MEMORY):
+        if name in pod_level:
+            requests[name] = pod_level[name]
+    add_into(requests, resource_list(spec.get("overhead")))
+    return {name: amount for name, amount in requests.items() if amount}
+
+
+def format_amount(name: str, amount: int) -> str:
+    """Render an amount back in a human unit for messages (``1500m``, ``2Gi``)."""
+    if name == CPU:
+        return f"{amount // 1000}" if amount % 1000 == 0 else f"{amount}m"
+    for suffix, factor in reversed(_BINARY_SUFFIXES.items()):
+        if amount and amount % factor == 0:
+            return f"{amount // factor}{suffix}"
+    return str(amount)

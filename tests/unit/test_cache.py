@@ -1,0 +1,93 @@
+"""The cache counts every assigned pod once, and assumed pods until they confirm or fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import make_node, make_pod
+from usher.core.cache import Cache
+from usher.core.types import NodeName, PodInfo
+
+
+def pod(**kw: str) -> PodInfo:
+    builder = make_pod()
+    for key, value in kw.items():
+        getattr(builder, key)(value)
+    return PodInfo.from_api(builder.req(cpu="1", memory="1Gi").obj())
+
+
+@pytest.fixture
+def cache() -> Cache:
+    c = Cache(assumed_ttl=30)
+    c.add_or_update_node(make_node().name("n1").obj())
+    return c
+
+
+def test_an_assigned_pod_is_counted_on_its_node(cache: Cache) -> None:
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    info = cache.node("n1")
+    assert info is not None
+    assert info.requested == {"cpu": 1000, "memory": 2**30, "pods": 1}
+
+
+def test_an_update_of_the_same_pod_is_not_counted_twice(cache: Cache) -> None:
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def test_a_terminal_pod_frees_its_resources(cache: Cache) -> None:
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    cache.add_or_update_pod(pod(name="a", node="n1", phase="Succeeded"))
+    assert cache.node("n1").requested == {"cpu": 0, "memory": 0, "pods": 0}  # type: ignore[union-attr]
+
+
+def test_a_pod_on_an_unknown_node_counts_once_the_node_appears() -> None:
+    cache = Cache()
+    cache.add_or_update_pod(pod(name="a", node="later"))
+    assert cache.node_infos() == []
+    cache.add_or_update_node(make_node().name("later").obj())
+    assert cache.node("later").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def test_assumed_pods_count_until_forgotten(cache: Cache) -> None:
+    p = pod(name="a")
+    cache.assume(p, NodeName("n1"))
+    assert cache.is_assumed(p.key)
+    assert cache.node("n1").requested["cpu"] == 1000  # type: ignore[union-attr]
+    cache.forget(p.key)
+    assert cache.node("n1").requested["cpu"] == 0  # type: ignore[union-attr]
+
+
+def test_the_watch_confirms_an_assumed_pod(cache: Cache) -> None:
+    p = pod(name="a")
+    cache.assume(p, NodeName("n1"))
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    assert not cache.is_assumed(p.key)
+    cache.forget(p.key)  # a late failure report must not uncount a confirmed pod
+    assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def test_assuming_a_pod_twice_is_refused(cache: Cache) -> None:
+    p = pod(name="a")
+    cache.assume(p, NodeName("n1"))
+    with pytest.raises(ValueError, match="already counted"):
+        cache.assume(p, NodeName("n1"))
+
+
+def test_an_assumed_pod_expires_only_after_its_binding_finished_and_the_ttl_passed(cache: Cache) -> None:
+    p = pod(name="a")
+    cache.assume(p, NodeName("n1"))
+    assert cache.cleanup_expired(now=10_000) == []  # binding still running: never expires
+    cache.finish_binding(p.key, now=100)
+    assert cache.cleanup_expired(now=129) == []
+    assert cache.cleanup_expired(now=130) == [p.key]
+    assert cache.node("n1").requested["pods"] == 0  # type: ignore[union-attr]
+
+
+def test_a_deleted_node_keeps_counting_its_pods_until_they_go(cache: Cache) -> None:
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    cache.remove_node("n1")
+    assert cache.node_infos() == []
+    cache.add_or_update_node(make_node().name("n1").obj())
+    assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]

@@ -1,0 +1,94 @@
+"""Quantities and pod requests count exactly as kube-scheduler counts them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import make_pod
+from usher.core.resources import QuantityError, format_amount, pod_requests, to_amount
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "amount"),
+    [
+        pytest.param("cpu", "100m", 100, id="millicores stay millicores"),
+        pytest.param("cpu", "1", 1000, id="one cpu is a thousand millicores"),
+        pytest.param("cpu", "0.5", 500, id="fractional cpu"),
+        pytest.param("cpu", "1.0001", 1001, id="sub-millicore cpu rounds up"),
+        pytest.param("memory", "1Gi", 2**30, id="binary suffix"),
+        pytest.param("memory", "1G", 10**9, id="decimal suffix"),
+        pytest.param("memory", "1e3", 1000, id="exponent notation"),
+        pytest.param("memory", "128974848", 128974848, id="plain bytes"),
+        pytest.param("memory", "1.5Ki", 1536, id="fractional binary"),
+        pytest.param("pods", "110", 110, id="counts"),
+        pytest.param("memory", "100m", 1, id="sub-unit memory rounds up to one byte"),
+    ],
+)
+def test_quantities_parse_to_exact_integers(name: str, text: str, amount: int) -> None:
+    assert to_amount(name, text) == amount
+
+
+@pytest.mark.parametrize("text", ["", "1.2.3", "ten", "1Qi", "--1"], ids=lambda t: f"rejects {t!r}")
+def test_malformed_quantities_are_rejected(text: str) -> None:
+    with pytest.raises(QuantityError):
+        to_amount("cpu", text)
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        pytest.param(make_pod().obj(), {}, id="no requests means nothing counted"),
+        pytest.param(
+            make_pod().req(cpu="100m", memory="1Gi").container(cpu="200m").obj(),
+            {"cpu": 300, "memory": 2**30},
+            id="containers are summed",
+        ),
+        pytest.param(
+            make_pod().req(cpu="100m").init_container(cpu="500m").obj(),
+            {"cpu": 500},
+            id="an init container bigger than the containers sets the peak",
+        ),
+        pytest.param(
+            make_pod().req(cpu="1").init_container(cpu="500m").obj(),
+            {"cpu": 1000},
+            id="a smaller init container does not add",
+        ),
+        pytest.param(
+            make_pod().req(cpu="1").init_container(sidecar=True, cpu="200m").obj(),
+            {"cpu": 1200},
+            id="a sidecar runs beside the containers and adds",
+        ),
+        pytest.param(
+            make_pod().req(cpu="100m").init_container(sidecar=True, cpu="200m").init_container(cpu="1").obj(),
+            {"cpu": 1200},
+            id="an init container after a sidecar runs beside it",
+        ),
+        pytest.param(
+            make_pod().req(cpu="100m").overhead(cpu="50m", memory="10Mi").obj(),
+            {"cpu": 150, "memory": 10 * 2**20},
+            id="pod overhead is added",
+        ),
+    ],
+)
+def test_pod_requests(pod: dict[str, object], expected: dict[str, int]) -> None:
+    assert pod_requests(pod) == expected
+
+
+def test_limits_stand_in_for_missing_requests() -> None:
+    pod = make_pod().obj()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2"}}
+    assert pod_requests(pod) == {"cpu": 2000}
+
+
+def test_pod_level_requests_override_container_sums() -> None:
+    pod = make_pod().req(cpu="100m", memory="1Gi").obj()
+    pod["spec"]["resources"] = {"requests": {"cpu": "3"}}
+    assert pod_requests(pod) == {"cpu": 3000, "memory": 2**30}
+
+
+@pytest.mark.parametrize(
+    ("name", "amount", "text"),
+    [("cpu", 1500, "1500m"), ("cpu", 2000, "2"), ("memory", 2 * 2**30, "2Gi"), ("memory", 1000, "1000")],
+)
+def test_amounts_format_back_for_humans(name: str, amount: int, text: str) -> None:
+    assert format_amount(name, amount) == text
