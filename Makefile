@@ -1,0 +1,57 @@
+# usher: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything they need is installed here, into caches outside the repo.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+USHER_CACHE ?= $(HOME)/.cache/usher
+VENV ?= $(USHER_CACHE)/venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+PYTEST_ARGS ?=
+
+export USHER_CACHE
+
+.PHONY: help venv binaries lint unit e2e test demo controlplane clean-cache
+
+help:
+	@echo "make demo    local control plane + kwok nodes + usher scheduling sample pods"
+	@echo "make test    install everything, lint, type-check, unit + e2e tests"
+	@echo "make unit    fast tests of the pure core (no cluster)"
+	@echo "make lint    ruff, mypy --strict, import-linter"
+	@echo "make controlplane   a local control plane until Ctrl-C (prints KUBECONFIG)"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+binaries:
+	bash e2e/build-binaries.sh
+
+lint: venv
+	$(BIN)/ruff check operator tests e2e conftest.py
+	$(BIN)/ruff format --check operator tests e2e conftest.py
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+e2e: venv binaries
+	$(BIN)/pytest e2e $(PYTEST_ARGS)
+
+test: venv binaries lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: venv binaries
+	$(BIN)/python -m e2e.demo
+
+controlplane: venv binaries
+	$(BIN)/python -m e2e.controlplane up
+
+clean-cache:
+	rm -rf $(USHER_CACHE)

@@ -1,0 +1,62 @@
+"""Fixtures of the e2e suite: an API client, per-test kwok nodes, and usher processes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import kubernetes.client
+import kubernetes.config
+import pytest
+
+from e2e.controlplane import ControlPlane
+from e2e.usher_process import UsherProcess
+
+
+@pytest.fixture(scope="session")
+def core_api(control_plane: ControlPlane) -> kubernetes.client.CoreV1Api:
+    client = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    return kubernetes.client.CoreV1Api(client)
+
+
+@pytest.fixture
+def test_id(request: pytest.FixtureRequest) -> str:
+    """A short DNS-safe id of the running test, for names that must not collide across tests."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    return name[-40:].strip("-")
+
+
+@pytest.fixture
+def kwok_nodes(
+    control_plane: ControlPlane, core_api: kubernetes.client.CoreV1Api, test_id: str
+) -> Iterator[Callable[..., str]]:
+    """Create Ready kwok nodes for this test only; they are deleted when it ends."""
+    created: list[str] = []
+
+    def make(suffix: str, **kwargs: object) -> str:
+        name = f"{test_id[:40]}-{suffix}"
+        control_plane.add_kwok_node(name, **kwargs)  # type: ignore[arg-type]
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        core_api.delete_node(name)
+
+
+@pytest.fixture
+def usher(control_plane: ControlPlane, test_id: str) -> Iterator[Callable[..., UsherProcess]]:
+    """Start usher processes (scheduler name ``usher-<test>``); any still running is killed at the end."""
+    started: list[UsherProcess] = []
+
+    def start(*, scheduler_name: str | None = None, wait_ready: bool = True) -> UsherProcess:
+        name = scheduler_name or f"usher-{test_id}"[:63]
+        log = Path(control_plane.logs_dir) / f"usher-{test_id}-{len(started)}.log"
+        process = UsherProcess(kubeconfig=control_plane.kubeconfig, scheduler_name=name, log_path=log)
+        started.append(process)
+        return process.start(wait_ready=wait_ready)
+
+    yield start
+    for process in started:
+        process.__exit__(None, None, None)
