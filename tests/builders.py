@@ -1,7 +1,7 @@
 """Fluent builders for API objects as the API server serves them (plain dicts).
 
-    make_pod().name("p").req(cpu="500m").obj()
-    make_node().name("n1").capacity(cpu="4", memory="8Gi", pods=110).obj()
+make_pod().name("p").req(cpu="500m").obj()
+make_node().name("n1").capacity(cpu="4", memory="8Gi", pods=110).obj()
 """
 
 from __future__ import annotations

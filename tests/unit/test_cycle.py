@@ -26,7 +26,9 @@ def test_the_pod_goes_to_the_node_with_most_room() -> None:
 
 def test_pods_already_on_a_node_count_whoever_placed_them() -> None:
     cache = cache_with(make_node().name("n").capacity(cpu="2", memory="1Gi", pods=10).obj())
-    cache.add_or_update_pod(PodInfo.from_api(make_pod().scheduler("default-scheduler").node("n").req(cpu="1500m").obj()))
+    cache.add_or_update_pod(
+        PodInfo.from_api(make_pod().scheduler("default-scheduler").node("n").req(cpu="1500m").obj())
+    )
     placement = schedule(PodInfo.from_api(make_pod().req(cpu="1").obj()), cache.node_infos(), random.Random(1))
     assert placement.node is None
     assert placement.message == "0/1 nodes are available: 1 Insufficient cpu."

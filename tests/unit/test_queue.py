@@ -68,7 +68,7 @@ def test_an_event_during_the_attempt_sends_the_pod_to_backoff_not_the_pool(
 @pytest.mark.parametrize(
     ("failures", "backoff"),
     [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)],
-    ids=lambda v: str(v),
+    ids=str,
 )
 def test_backoff_doubles_up_to_the_maximum(queue: SchedulingQueue, failures: int, backoff: float) -> None:
     queue.add(pod("a"))
