@@ -53,8 +53,6 @@ async def serve(app: web.Application, address: str) -> tuple[web.AppRunner, int]
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = port
-    for address in runner.addresses:  # the real port when 0 was asked for
-        bound = int(address[1])
-        break
+    # The real port when 0 was asked for.
+    bound = int(runner.addresses[0][1]) if runner.addresses else port
     return runner, bound

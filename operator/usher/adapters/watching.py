@@ -39,7 +39,8 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
                 sink.on_node(event_type, raw)
         except Exception:
             # A bug on one object must not stop the watch of all the others.
-            logger.exception("handling %s %s of %s/%s failed", event_type, kind, body.metadata.namespace, body.metadata.name)
+            meta = body.metadata
+            logger.exception("handling %s %s of %s/%s failed", event_type, kind, meta.namespace, meta.name)
 
     @kopf.index("", "v1", "pods", registry=registry)
     async def pods_feed(body: kopf.Body, **_: Any) -> None:
