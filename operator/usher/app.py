@@ -23,16 +23,18 @@ from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import HealthSource, build_app, serve
+from usher.config import FeatureGates, SchedulerConfig
 from usher.core.clock import MonotonicClock
-from usher.runtime import Scheduler, SchedulerOptions
+from usher.runtime import Scheduler
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
+    config: SchedulerConfig
+    gates: FeatureGates
     kubeconfig: str | None = None
-    scheduler_name: str = "usher"
     metrics_bind_address: str = "127.0.0.1:10251"
     seed: int | None = None
 
@@ -69,10 +71,12 @@ async def run(options: RunOptions) -> None:
     api = KubeApi(connection.async_config)
     dispatcher = Dispatcher(api, observer=metrics)
     scheduler = Scheduler(
-        SchedulerOptions(scheduler_name=options.scheduler_name, seed=options.seed),
+        options.config,
+        gates=options.gates,
         clock=MonotonicClock(),
         metrics=metrics,
         dispatcher=dispatcher,
+        seed=options.seed,
     )
 
     registry = kopf.OperatorRegistry()

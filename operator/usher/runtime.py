@@ -1,10 +1,12 @@
-"""The scheduler at run time: watch events in, one scheduling loop, bindings out.
+"""The scheduler at run time: watch events in, one scheduling loop, binding cycles out.
 
 Everything runs on one asyncio event loop. Watch handlers update the pure
-cache and queue synchronously and wake the loop; the loop pops a pod,
-computes its placement (bounded CPU work), assumes it in the cache and hands
-the binding to the dispatcher, then moves on without waiting for the API.
-Binding results come back as callbacks that confirm, forget or requeue.
+cache and queue synchronously and wake the loop. The loop pops a pod, runs
+the scheduling cycle (bounded CPU work: filter, score, assume, reserve,
+permit) and starts its binding cycle as a task, then moves on without
+waiting for the API. A binding cycle that fails unreserves, forgets the
+assumption and hands the pod back to the queue with the plugins that
+rejected it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from usher.adapters.binding import ALREADY_BOUND, POD_GONE, DispatcherBinder
 from usher.adapters.dispatching import ApiCall, Dispatcher
-from usher.adapters.kubeapi import ApiResult
 from usher.adapters.metrics import Metrics
-from usher.adapters.reporting import binding_call_body, binding_path, event_path, pod_event_body
+from usher.adapters.reporting import event_path, pod_event_body
+from usher.config import FeatureGates, SchedulerConfig, build_framework, parse_feature_gates
 from usher.core.cache import Cache
 from usher.core.clock import Clock
-from usher.core.cycle import schedule
+from usher.core.cycle import NodeSampler, schedule
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.interface import Binder
+from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
 from usher.core.handling import EventHandlers
-from usher.core.queue import QueuedPod, SchedulingQueue
-from usher.core.types import NodeName
+from usher.core.plugins.registry import Registry, in_tree_registry
+from usher.core.queue import QueuedPod, QueueOptions, SchedulingQueue
+from usher.core.types import Code, NodeName, PodKey, Status
 
 logger = logging.getLogger(__name__)
 
@@ -37,39 +44,110 @@ YIELD_EVERY = 16
 FAILED_SCHEDULING_REPEAT = 60.0
 """Seconds before an identical FailedScheduling Event for the same pod is written again."""
 
+PLUGIN_METRICS_SAMPLE = 0.1
+"""Share of scheduling cycles whose per-plugin timings are recorded (as kube-scheduler's 10 %)."""
+
+
+class WaitingPods:
+    """Pods held at Permit until every plugin that answered Wait allows them, one rejects, or time runs out."""
+
+    def __init__(self) -> None:
+        self._pods: dict[PodKey, tuple[asyncio.Future[Status], set[str]]] = {}
+
+    def hold(self, key: PodKey, plugins: set[str]) -> asyncio.Future[Status]:
+        future: asyncio.Future[Status] = asyncio.get_running_loop().create_future()
+        self._pods[key] = (future, set(plugins))
+        return future
+
+    def release(self, key: PodKey) -> None:
+        self._pods.pop(key, None)
+
+    def allow(self, key: PodKey, plugin: str) -> None:
+        held = self._pods.get(key)
+        if held is None or held[0].done():
+            return
+        held[1].discard(plugin)
+        if not held[1]:
+            held[0].set_result(Status())
+
+    def reject(self, key: PodKey, plugin: str, message: str) -> None:
+        held = self._pods.get(key)
+        if held is not None and not held[0].done():
+            held[0].set_result(Status(Code.UNSCHEDULABLE, (message,), plugin))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
 
 @dataclass(frozen=True, slots=True)
-class SchedulerOptions:
-    scheduler_name: str = "usher"
-    seed: int | None = None
+class _Handle:
+    binder: Binder
+    waiting_pods: WaitingPods
 
 
 class Scheduler:
-    def __init__(self, options: SchedulerOptions, *, clock: Clock, metrics: Metrics, dispatcher: Dispatcher) -> None:
-        self.options = options
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        dispatcher: Dispatcher,
+        gates: FeatureGates | None = None,
+        registry: Registry | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.config = config
+        self.gates = gates or parse_feature_gates(None)
         self.clock = clock
         self.metrics = metrics
+        self._dispatcher = dispatcher
+        registry = registry or in_tree_registry()
+        self.waiting_pods = WaitingPods()
+        handle = _Handle(binder=DispatcherBinder(dispatcher), waiting_pods=self.waiting_pods)
+        self.frameworks: dict[str, Framework] = {
+            profile.scheduler_name: build_framework(profile, registry=registry, handle=handle, recorder=metrics)
+            for profile in config.profiles
+        }
+        first = self.frameworks[config.profiles[0].scheduler_name]
+        assert first.plugins.queue_sort is not None
         self.cache = Cache()
-        self.queue = SchedulingQueue(clock)
-        self.handlers = EventHandlers(self.cache, self.queue, {options.scheduler_name})
+        self.queue = SchedulingQueue(
+            clock,
+            profiles=self.frameworks,
+            sort_key=first.plugins.queue_sort.sort_key,
+            options=QueueOptions(
+                initial_backoff=config.pod_initial_backoff_seconds,
+                max_backoff=config.pod_max_backoff_seconds,
+                queueing_hints=self.gates.enabled("SchedulerQueueingHints"),
+                pre_queueing_hints=self.gates.enabled("SchedulerPreQueueingHints"),
+                pop_from_backoff_q=self.gates.enabled("SchedulerPopFromBackoffQ"),
+            ),
+            recorder=metrics,
+        )
+        self.handlers = EventHandlers(self.cache, self.queue, set(self.frameworks))
+        metrics.watch_queue(self.queue)
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
-        self._rng = random.Random(options.seed)
-        self._dispatcher = dispatcher
+        self._rng = random.Random(seed)
+        self._sampler = NodeSampler(config.percentage_of_nodes_to_score)
         self._failure_reports: dict[str, tuple[str, float]] = {}
+        self._binding_tasks: set[asyncio.Task[None]] = set()
 
     # -- watch side (WatchSink) ---------------------------------------------
 
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        self.handlers.on_pod(event_type, raw)
+        started = time.perf_counter()
+        label = self.handlers.on_pod(event_type, raw)
         if event_type == "DELETED":
             meta = raw.get("metadata") or {}
             self._failure_reports.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
-        self._after_event()
+        self._after_event(label, started)
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        self.handlers.on_node(event_type, raw)
-        self._after_event()
+        started = time.perf_counter()
+        label = self.handlers.on_node(event_type, raw)
+        self._after_event(label, started)
 
     def mark_synced(self) -> None:
         if not self.synced.is_set():
@@ -77,8 +155,9 @@ class Scheduler:
             self.synced.set()
             self._wake.set()
 
-    def _after_event(self) -> None:
-        self._record_queue()
+    def _after_event(self, label: str, started: float) -> None:
+        if label:
+            self.metrics.event_handling_duration.labels(event=label).observe(time.perf_counter() - started)
         for bad in self.handlers.malformed:
             self._report_failure(bad.pod, f"pod cannot be scheduled: {bad.message}")
         self.handlers.malformed.clear()
@@ -89,96 +168,176 @@ class Scheduler:
     async def run(self) -> None:
         """Schedule pods until cancelled. Starts once the cache is synced."""
         await self.synced.wait()
-        logger.info("scheduling pods with schedulerName=%s", self.options.scheduler_name)
+        logger.info("scheduling pods for profiles %s", ", ".join(self.frameworks))
         streak = 0
         while True:
             now = self.clock.now()
             self.queue.flush()
-            if self.cache.cleanup_expired(now):
-                self.queue.move_all("AssumedPodExpired")
+            for key in self.cache.cleanup_expired(now):
+                logger.warning("assumed pod %s never showed up bound; forgetting it", key)
             queued = self.queue.pop()
-            self._record_queue()
             if queued is None:
                 streak = 0
                 self._wake.clear()
-                wakeup = self.queue.next_wakeup()
-                timeout = None if wakeup is None else max(0.0, wakeup - self.clock.now())
+                timeout = max(0.0, self.queue.next_wakeup() - self.clock.now())
                 # asyncio.timeout, not wait_for: no helper task that kopf's shutdown would cancel.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
                 continue
-            self._schedule_one(queued)
+            self.schedule_one(queued)
             streak += 1
             if streak % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
 
-    def _schedule_one(self, queued: QueuedPod) -> None:
+    def schedule_one(self, queued: QueuedPod) -> None:
+        """The scheduling cycle of one pod; starts its binding cycle as a task on success."""
         started = time.perf_counter()
         pod = queued.pod
-        placement = schedule(pod, self.cache.node_infos(), self._rng)
-        profile = self.options.scheduler_name
-        if placement.node is None:
-            self.queue.add_unschedulable(queued)
-            self._observe_attempt("unschedulable", started)
-            logger.info("pod %s is unschedulable: %s", pod.key, placement.message)
-            self._report_failure(pod.raw, placement.message)
+        framework = self.frameworks.get(pod.scheduler_name)
+        if framework is None:  # its profile vanished (cannot happen while the config is fixed)
+            self.queue.done(pod.key)
             return
-        node = placement.node
-        self.cache.assume(pod, node)
-        self._dispatcher.add(
-            ApiCall(
-                call_type="pod_binding",
-                object_key=pod.key,
-                method="POST",
-                path=binding_path(pod.namespace, pod.name),
-                body=binding_call_body(pod.namespace, pod.name, pod.uid, node),
-                on_done=lambda result: self._binding_done(queued, node, result, started),
+        state = CycleState()
+        state.write(RECORD_PLUGIN_METRICS, self._rng.random() < PLUGIN_METRICS_SAMPLE)
+        result = schedule(framework, state, pod, self.cache.node_infos(), rng=self._rng, sampler=self._sampler)
+        self.metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
+        if result.node is None:
+            if result.status.code is Code.ERROR:
+                logger.error("scheduling pod %s failed: %s", pod.key, result.status.message)
+                self._failed(queued, framework, started, "error", result.status.message)
+                return
+            framework.run_post_filter(state, pod, result.node_statuses)
+            logger.info("pod %s is unschedulable: %s", pod.key, result.message)
+            self._failed(
+                queued,
+                framework,
+                started,
+                "unschedulable",
+                result.message,
+                unschedulable_plugins=result.unschedulable_plugins,
+                pending_plugins=result.pending_plugins,
             )
+            return
+        node = result.node
+        self.cache.assume(pod, node)
+        status = framework.run_reserve(state, pod, node)
+        permit = framework.run_permit(state, pod, node) if status.ok else None
+        if permit is not None:
+            status = permit.status
+        if not status.ok and status.code is not Code.WAIT:
+            framework.run_unreserve(state, pod, node)
+            self.cache.forget(pod.key)
+            self._rejected(queued, framework, started, status)
+            return
+        held = None
+        if permit is not None and status.code is Code.WAIT:
+            held = (self.waiting_pods.hold(pod.key, permit.waiting), permit.timeout)
+        task = asyncio.get_running_loop().create_task(
+            self._binding_cycle(queued, framework, state, node, started, held),
+            name=f"binding-cycle {pod.key}",
         )
-        logger.debug("pod %s assumed on %s (profile %s)", pod.key, node, profile)
+        self._binding_tasks.add(task)
+        task.add_done_callback(self._binding_tasks.discard)
 
-    def _binding_done(self, queued: QueuedPod, node: NodeName, result: ApiResult, started: float) -> None:
+    async def _binding_cycle(
+        self,
+        queued: QueuedPod,
+        framework: Framework,
+        state: CycleState,
+        node: NodeName,
+        started: float,
+        held: tuple[asyncio.Future[Status], float] | None,
+    ) -> None:
         pod = queued.pod
-        if result.ok:
+        status = Status()
+        if held is not None:
+            future, timeout = held
+            try:
+                async with asyncio.timeout(timeout):
+                    status = await future
+            except TimeoutError:
+                status = Status(Code.UNSCHEDULABLE, (f"rejected due to timeout after waiting {timeout:g}s at permit",))
+            finally:
+                self.waiting_pods.release(pod.key)
+        if status.ok:
+            status = await framework.run_pre_bind(state, pod, node)
+        if status.ok:
+            status = await framework.run_bind(state, pod, node)
+        if status.ok:
             self.cache.finish_binding(pod.key, self.clock.now())
             self.queue.done(pod.key)
-            self._failure_reports.pop(pod.key, None)
-            self._observe_attempt("scheduled", started)
-            logger.info("pod %s bound to %s", pod.key, node)
-            self._emit_event(pod.raw, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}")
-        elif result.status in (404, 409):
-            # Gone, or bound already (by an earlier life of ours, or someone else): the watch
-            # tells us where it went; never bind twice.
-            logger.info("pod %s not bound to %s: %s", pod.key, node, result.message)
-            self.cache.forget(pod.key)
-            self.queue.done(pod.key)
+            framework.run_post_bind(state, pod, node)
+            self._scheduled(queued, framework, node, started)
         else:
-            logger.warning("binding pod %s to %s failed: %s", pod.key, node, result.message)
+            framework.run_unreserve(state, pod, node)
             self.cache.forget(pod.key)
-            self.queue.add_unschedulable(queued, error=True)
-            self._observe_attempt("error", started)
-            self._report_failure(pod.raw, f"Binding rejected: {result.message}")
-        self._record_queue()
+            if status.reasons and status.reasons[0] in (ALREADY_BOUND, POD_GONE):
+                # Bound already (by an earlier life of ours, or someone else) or deleted: the
+                # watch tells us where it went. Never bind twice.
+                logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
+                self.queue.done(pod.key)
+            else:
+                logger.warning("binding pod %s to %s failed: %s", pod.key, node, status.message)
+                self._rejected(queued, framework, started, status)
         self._wake.set()
 
-    # -- reporting -------------------------------------------------------------
+    # -- outcomes ------------------------------------------------------------
 
-    def _observe_attempt(self, result: str, started: float) -> None:
-        profile = self.options.scheduler_name
+    def _scheduled(self, queued: QueuedPod, framework: Framework, node: NodeName, started: float) -> None:
+        pod = queued.pod
+        profile = framework.scheduler_name
+        self._failure_reports.pop(pod.key, None)
+        self.metrics.schedule_attempts.labels(result="scheduled", profile=profile).inc()
+        self.metrics.scheduling_attempt_duration.labels(result="scheduled", profile=profile).observe(
+            time.perf_counter() - started
+        )
+        if queued.initial_attempt_timestamp is not None:
+            self.metrics.pod_scheduling_sli_duration.labels(attempts=str(queued.attempts)).observe(
+                self.clock.now() - queued.initial_attempt_timestamp
+            )
+        self.metrics.pod_scheduling_attempts.observe(queued.attempts)
+        if queued.flushed:
+            self.metrics.pod_scheduled_after_flush.inc()
+        logger.info("pod %s bound to %s", pod.key, node)
+        self._emit_event(
+            pod.raw, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}", profile
+        )
+
+    def _rejected(self, queued: QueuedPod, framework: Framework, started: float, status: Status) -> None:
+        """Reserve, Permit, PreBind or Bind said no: back to the queue with the plugin that said it."""
+        if status.is_rejection and status.plugin:
+            self._failed(
+                queued, framework, started, "unschedulable", status.message, unschedulable_plugins={status.plugin}
+            )
+        else:
+            self._failed(queued, framework, started, "error", status.message)
+
+    def _failed(
+        self,
+        queued: QueuedPod,
+        framework: Framework,
+        started: float,
+        result: str,
+        message: str,
+        *,
+        unschedulable_plugins: set[str] | frozenset[str] = frozenset(),
+        pending_plugins: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        profile = framework.scheduler_name
         self.metrics.schedule_attempts.labels(result=result, profile=profile).inc()
         self.metrics.scheduling_attempt_duration.labels(result=result, profile=profile).observe(
             time.perf_counter() - started
         )
+        self.queue.add_unschedulable(
+            queued, unschedulable_plugins=unschedulable_plugins, pending_plugins=pending_plugins
+        )
+        self._report_failure(queued.pod.raw, message, profile)
+        self._wake.set()
 
-    def _record_queue(self) -> None:
-        for queue_name, event in self.queue.incoming:
-            self.metrics.queue_incoming_pods.labels(queue=queue_name, event=event).inc()
-        self.queue.incoming.clear()
-        for queue_name, count in self.queue.pending().items():
-            self.metrics.pending_pods.labels(queue=queue_name).set(count)
+    # -- reporting -------------------------------------------------------------
 
-    def _report_failure(self, pod: Mapping[str, Any], message: str) -> None:
+    def _report_failure(self, pod: Mapping[str, Any], message: str, profile: str | None = None) -> None:
         """A FailedScheduling Event, at most once a minute per pod while the message stays the same."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -187,9 +346,12 @@ class Scheduler:
         if last is not None and last[0] == message and now - last[1] < FAILED_SCHEDULING_REPEAT:
             return
         self._failure_reports[key] = (message, now)
-        self._emit_event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+        controller = profile or str((pod.get("spec") or {}).get("schedulerName") or "usher")
+        self._emit_event(pod, "Warning", "FailedScheduling", "Scheduling", message, controller)
 
-    def _emit_event(self, pod: Mapping[str, Any], event_type: str, reason: str, action: str, note: str) -> None:
+    def _emit_event(
+        self, pod: Mapping[str, Any], event_type: str, reason: str, action: str, note: str, controller: str
+    ) -> None:
         meta = pod.get("metadata") or {}
         self._dispatcher.add(
             ApiCall(
@@ -198,12 +360,7 @@ class Scheduler:
                 method="POST",
                 path=event_path(str(meta.get("namespace"))),
                 body=pod_event_body(
-                    pod,
-                    controller=self.options.scheduler_name,
-                    event_type=event_type,
-                    reason=reason,
-                    action=action,
-                    note=note,
+                    pod, controller=controller, event_type=event_type, reason=reason, action=action, note=note
                 ),
             )
         )

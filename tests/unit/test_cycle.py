@@ -1,12 +1,14 @@
-"""One scheduling attempt: fit, least-allocated choice, and the failure message."""
+"""One scheduling cycle through the default profile: filter, score, pick, and the failure message."""
 
 from __future__ import annotations
 
 import random
 
 from tests.builders import make_node, make_pod
+from tests.frameworks import framework
 from usher.core.cache import Cache
-from usher.core.cycle import schedule
+from usher.core.cycle import NodeSampler, ScheduleResult, schedule
+from usher.core.framework.cycle_state import CycleState
 from usher.core.types import PodInfo
 
 
@@ -17,11 +19,14 @@ def cache_with(*nodes: dict[str, object]) -> Cache:
     return cache
 
 
+def run(pod: PodInfo, cache: Cache, seed: int = 1, sampler: NodeSampler | None = None) -> ScheduleResult:
+    return schedule(framework(), CycleState(), pod, cache.node_infos(), rng=random.Random(seed), sampler=sampler)
+
+
 def test_the_pod_goes_to_the_node_with_most_room() -> None:
     cache = cache_with(make_node().name("busy").obj(), make_node().name("idle").obj())
     cache.add_or_update_pod(PodInfo.from_api(make_pod().node("busy").req(cpu="3").obj()))
-    pod = PodInfo.from_api(make_pod().req(cpu="500m").obj())
-    assert schedule(pod, cache.node_infos(), random.Random(1)).node == "idle"
+    assert run(PodInfo.from_api(make_pod().req(cpu="500m").obj()), cache).node == "idle"
 
 
 def test_pods_already_on_a_node_count_whoever_placed_them() -> None:
@@ -29,9 +34,10 @@ def test_pods_already_on_a_node_count_whoever_placed_them() -> None:
     cache.add_or_update_pod(
         PodInfo.from_api(make_pod().scheduler("default-scheduler").node("n").req(cpu="1500m").obj())
     )
-    placement = schedule(PodInfo.from_api(make_pod().req(cpu="1").obj()), cache.node_infos(), random.Random(1))
-    assert placement.node is None
-    assert placement.message == "0/1 nodes are available: 1 Insufficient cpu."
+    result = run(PodInfo.from_api(make_pod().req(cpu="1").obj()), cache)
+    assert result.node is None
+    assert result.message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert result.unschedulable_plugins == {"NodeResourcesFit"}
 
 
 def test_the_failure_message_is_a_sorted_histogram_of_reasons() -> None:
@@ -40,32 +46,60 @@ def test_the_failure_message_is_a_sorted_histogram_of_reasons() -> None:
         make_node().name("full").capacity(cpu="8", memory="8Gi", pods=0).obj(),
         make_node().name("cordoned").unschedulable().obj(),
     )
-    pod = PodInfo.from_api(make_pod().req(cpu="2", memory="2Gi").obj())
-    placement = schedule(pod, cache.node_infos(), random.Random(1))
-    assert placement.message == (
+    result = run(PodInfo.from_api(make_pod().req(cpu="2", memory="2Gi").obj()), cache)
+    assert result.message == (
         "0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
         "1 Too many pods, 1 node(s) were unschedulable."
     )
+    assert result.unschedulable_plugins == {"NodeResourcesFit", "NodeUnschedulable"}
 
 
 def test_extended_resources_must_fit_too() -> None:
     cache = cache_with(make_node().name("n").capacity(cpu="4", memory="4Gi", pods=10, **{"example.com/gpu": 1}).obj())
-    fits = PodInfo.from_api(make_pod().req(**{"example.com/gpu": "1"}).obj())
-    too_many = PodInfo.from_api(make_pod().req(**{"example.com/gpu": "2"}).obj())
-    assert schedule(fits, cache.node_infos(), random.Random(1)).node == "n"
-    assert schedule(too_many, cache.node_infos(), random.Random(1)).node is None
+    assert run(PodInfo.from_api(make_pod().req(**{"example.com/gpu": "1"}).obj()), cache).node == "n"
+    assert run(PodInfo.from_api(make_pod().req(**{"example.com/gpu": "2"}).obj()), cache).node is None
 
 
 def test_ties_are_broken_by_the_seeded_random_choice() -> None:
     nodes = [make_node().name(f"n{i}").obj() for i in range(5)]
     pod = PodInfo.from_api(make_pod().obj())
-    picks = {schedule(pod, cache_with(*nodes).node_infos(), random.Random(seed)).node for seed in range(20)}
+    picks = {run(pod, cache_with(*nodes), seed).node for seed in range(20)}
     assert len(picks) > 1  # equal nodes share the load
-    again = schedule(pod, cache_with(*nodes).node_infos(), random.Random(7)).node
-    assert again == schedule(pod, cache_with(*nodes).node_infos(), random.Random(7)).node
+    assert run(pod, cache_with(*nodes), 7).node == run(pod, cache_with(*nodes), 7).node
 
 
 def test_no_nodes_at_all() -> None:
-    placement = schedule(PodInfo.from_api(make_pod().obj()), [], random.Random(1))
-    assert placement.node is None
-    assert placement.message == "0/0 nodes are available."
+    result = run(PodInfo.from_api(make_pod().obj()), Cache())
+    assert result.node is None
+    assert result.message == "0/0 nodes are available."
+
+
+def test_a_toleration_lets_a_pod_onto_a_cordoned_node() -> None:
+    cache = cache_with(make_node().name("cordoned").unschedulable().obj())
+    pod = make_pod().obj()
+    pod["spec"]["tolerations"] = [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert run(PodInfo.from_api(pod), cache).node == "cordoned"
+
+
+def test_large_clusters_are_sampled_and_the_start_rotates() -> None:
+    nodes = [make_node().name(f"n{i:03d}").obj() for i in range(500)]
+    cache = cache_with(*nodes)
+    sampler = NodeSampler(percentage=0)
+    pod = PodInfo.from_api(make_pod().obj())
+    first = run(pod, cache, sampler=sampler)
+    # 500 nodes: 50 - 500/125 = 46 % -> 230 nodes are enough; the next cycle starts after them.
+    assert first.evaluated == 230
+    assert sampler.next_start == 230
+    second = run(pod, cache, sampler=sampler)
+    assert second.evaluated == 230
+    assert sampler.next_start == 460
+
+
+def test_sampling_never_looks_for_fewer_than_100_nodes() -> None:
+    sampler = NodeSampler(percentage=1)
+    assert sampler.num_to_find(99, None) == 99
+    assert sampler.num_to_find(1000, None) == 100
+    assert sampler.num_to_find(1000, 50) == 500  # a profile's own percentage wins
+    assert NodeSampler(percentage=0).num_to_find(10_000, None) == 500  # adaptive 50 - 80 % floors at 5 %

@@ -1,24 +1,25 @@
-"""Watch events reach the right place: the cache for assigned pods, the queue for ours."""
+"""Watch events reach the right place: the cache for assigned pods, the queue for ours, events for the rest."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.builders import make_node, make_pod
+from tests.frameworks import scheduling_queue
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.handling import EventHandlers
-from usher.core.queue import SchedulingQueue
-from usher.core.types import pod_key
+from usher.core.queue import Where
+from usher.core.types import PodKey, pod_key
 
 
 @pytest.fixture
 def handlers() -> EventHandlers:
-    return EventHandlers(Cache(), SchedulingQueue(FakeClock()), {"usher"})
+    return EventHandlers(Cache(), scheduling_queue(FakeClock()), {"usher"})
 
 
 def test_our_unscheduled_pod_is_queued(handlers: EventHandlers) -> None:
-    handlers.on_pod("ADDED", make_pod().name("a").obj())
+    assert handlers.on_pod("ADDED", make_pod().name("a").obj()) == "PodAdd"
     assert handlers.queue.pending()["active"] == 1
 
 
@@ -29,11 +30,12 @@ def test_another_schedulers_pod_is_ignored(handlers: EventHandlers) -> None:
 
 def test_an_assigned_pod_of_any_scheduler_is_counted(handlers: EventHandlers) -> None:
     handlers.on_node("ADDED", make_node().name("n").obj())
-    handlers.on_pod("ADDED", make_pod().scheduler("default-scheduler").node("n").req(cpu="1").obj())
+    label = handlers.on_pod("ADDED", make_pod().scheduler("default-scheduler").node("n").req(cpu="1").obj())
+    assert label == "AssignedPodAdd"
     assert handlers.cache.node("n").requested["cpu"] == 1000  # type: ignore[union-attr]
 
 
-def test_a_pod_bound_leaves_the_queue(handlers: EventHandlers) -> None:
+def test_a_pod_bound_leaves_the_queue_and_is_counted(handlers: EventHandlers) -> None:
     pod = make_pod().name("a")
     handlers.on_pod("ADDED", pod.obj())
     handlers.on_pod("MODIFIED", pod.node("n").version().obj())
@@ -43,8 +45,16 @@ def test_a_pod_bound_leaves_the_queue(handlers: EventHandlers) -> None:
 
 def test_a_deleted_pod_leaves_everything(handlers: EventHandlers) -> None:
     handlers.on_pod("ADDED", make_pod().name("a").obj())
-    handlers.on_pod("DELETED", make_pod().name("a").obj())
+    assert handlers.on_pod("DELETED", make_pod().name("a").obj()) == "UnscheduledPodDelete"
     assert len(handlers.queue) == 0
+
+
+def test_a_terminal_pod_frees_its_node_and_raises_assigned_pod_delete(handlers: EventHandlers) -> None:
+    handlers.on_node("ADDED", make_node().name("n").obj())
+    running = make_pod().name("a").node("n").req(cpu="1")
+    handlers.on_pod("ADDED", running.obj())
+    assert handlers.on_pod("MODIFIED", running.phase("Succeeded").version().obj()) == "AssignedPodDelete"
+    assert handlers.cache.node("n").requested["cpu"] == 0  # type: ignore[union-attr]
 
 
 def test_a_malformed_pod_is_reported_not_raised(handlers: EventHandlers) -> None:
@@ -58,19 +68,31 @@ def test_a_malformed_pod_is_reported_not_raised(handlers: EventHandlers) -> None
 def test_a_redelivered_version_changes_nothing(handlers: EventHandlers) -> None:
     pod = make_pod().name("a").version("7").obj()
     handlers.on_pod("ADDED", pod)
-    popped = handlers.queue.pop()
-    assert popped is not None
-    handlers.on_pod("MODIFIED", pod)
+    assert handlers.queue.pop() is not None
+    assert handlers.on_pod("MODIFIED", pod) == ""
     assert handlers.queue.pop() is None
 
 
-def test_node_heartbeats_requeue_nothing(handlers: EventHandlers) -> None:
-    handlers.on_node("ADDED", make_node().name("n").condition("Ready", "True", "t1").obj())
-    handlers.on_pod("ADDED", make_pod().name("a").obj())
-    q = handlers.queue.pop()
-    assert q is not None
-    handlers.queue.add_unschedulable(q)
-    handlers.on_node("MODIFIED", make_node().name("n").condition("Ready", "True", "t2").obj())
+def test_node_heartbeats_requeue_nothing_but_a_bigger_node_does(handlers: EventHandlers) -> None:
+    handlers.on_node("ADDED", make_node().name("n").capacity(cpu="1", memory="1Gi", pods=10).obj())
+    handlers.on_pod("ADDED", make_pod().name("a").req(cpu="2").obj())
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.queue.add_unschedulable(queued, unschedulable_plugins=["NodeResourcesFit"])
+    heartbeat = make_node().name("n").capacity(cpu="1", memory="1Gi", pods=10).condition("Ready", "True", "t2").obj()
+    handlers.on_node("MODIFIED", heartbeat)
     assert handlers.queue.pending()["unschedulable"] == 1
-    handlers.on_node("MODIFIED", make_node().name("n").capacity(cpu="64", memory="1Ti", pods=110).obj())
-    assert handlers.queue.pending()["unschedulable"] == 0
+    grown = make_node().name("n").capacity(cpu="64", memory="1Ti", pods=110).obj()
+    handlers.on_node("MODIFIED", grown)
+    key = PodKey("default/a")
+    assert handlers.queue.get(key) is not None
+    assert handlers.queue.get(key).where in (Where.ACTIVE, Where.BACKOFF)  # type: ignore[union-attr]
+
+
+def test_removing_the_gates_of_a_queued_pod_activates_it(handlers: EventHandlers) -> None:
+    gated = make_pod().name("a").gates("g")
+    handlers.on_pod("ADDED", gated.obj())
+    assert handlers.queue.pending()["gated"] == 1
+    ungated = make_pod().name("a").uid(gated.obj()["metadata"]["uid"]).version().obj()
+    assert handlers.on_pod("MODIFIED", ungated) == "UnscheduledPodUpdate"
+    assert handlers.queue.pending() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 0}

@@ -1,17 +1,79 @@
-"""The skeleton queue: ordering, backoff, the unschedulable pool and its flush."""
+"""The scheduling queue, behaviour by behaviour (reference sections 1-3), on a fake clock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
 import pytest
 
-from tests.builders import make_pod
+from tests.builders import make_node, make_pod
+from tests.frameworks import framework, scheduling_queue
 from usher.core.clock import FakeClock
-from usher.core.queue import SchedulingQueue
-from usher.core.types import PodInfo
+from usher.core.events import ActionType, ClusterEvent, Resource, node_update_events, pod_update_events
+from usher.core.framework.interface import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only
+from usher.core.framework.runtime import Framework, PluginSet
+from usher.core.plugins.queuesort import PrioritySort
+from usher.core.plugins.schedulinggates import SchedulingGates
+from usher.core.queue import QueuedPod, SchedulingQueue, Where
+from usher.core.types import PodInfo, PodKey, QueueingHint, Status, unschedulable
+
+NODE_ADD = ClusterEvent(Resource.NODE, ActionType.ADD)
+NODE_LABEL = ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL)
+CLAIM_ADD = ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.ADD)
 
 
-def pod(name: str, priority: int = 0) -> PodInfo:
-    return PodInfo.from_api(make_pod().name(name).priority(priority).obj())
+def pod(name: str, priority: int = 0, **kw: Any) -> PodInfo:
+    builder = make_pod().name(name).uid(f"uid-{name}").priority(priority)
+    if "gates" in kw:
+        builder.gates(*kw["gates"])
+    return PodInfo.from_api(builder.obj())
+
+
+@dataclass
+class Recorder:
+    moves: list[tuple[str, str]] = field(default_factory=list)
+    hints: list[tuple[str, str, str]] = field(default_factory=list)
+    pre_hints: list[tuple[str, str]] = field(default_factory=list)
+
+    def incoming(self, queue: str, event: str) -> None:
+        self.moves.append((queue, event))
+
+    def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None:
+        self.hints.append((plugin, event, hint))
+
+    def pre_hint_evaluated(self, plugin: str, result: str) -> None:
+        self.pre_hints.append((plugin, result))
+
+
+@dataclass
+class Rejector:
+    """A test plugin: registers ``events`` with a hint answering ``answer`` (or raising)."""
+
+    name: str
+    events: Sequence[ClusterEvent] = (NODE_ADD,)
+    answer: QueueingHint | None = QueueingHint.QUEUE
+    pre_hint: Callable[[Any, Any], PreQueueingHintResult] | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def hint(self, p: PodInfo, old: Any, new: Any) -> QueueingHint:
+        self.calls.append(p.name)
+        if self.answer is None:
+            raise RuntimeError("hint bug")
+        return self.answer
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(e, hint=self.hint, pre_hint=self.pre_hint) for e in self.events]
+
+
+def framework_with(*plugins: Any, gates: bool = True) -> Framework:
+    plugin_set = PluginSet(queue_sort=PrioritySort())
+    if gates:
+        plugin_set.pre_enqueue.append(SchedulingGates())
+        plugin_set.all.append(SchedulingGates())
+    plugin_set.all.extend(plugins)
+    return Framework("usher", plugin_set)
 
 
 @pytest.fixture
@@ -19,107 +81,496 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def queue(clock: FakeClock) -> SchedulingQueue:
-    return SchedulingQueue(clock)
+def popped(queue: SchedulingQueue) -> QueuedPod:
+    queued = queue.pop()
+    assert queued is not None
+    return queued
 
 
-def test_higher_priority_pops_first_then_older(queue: SchedulingQueue, clock: FakeClock) -> None:
+def fail(queue: SchedulingQueue, name: str, *plugins: str, pending: Sequence[str] = ()) -> QueuedPod:
+    queued = popped(queue)
+    assert queued.pod.name == name
+    queue.add_unschedulable(queued, unschedulable_plugins=plugins, pending_plugins=pending)
+    return queued
+
+
+def where(queue: SchedulingQueue, name: str) -> Where | None:
+    queued = queue.get(PodKey(f"default/{name}"))
+    return queued.where if queued is not None else None
+
+
+# ---------------------------------------------------------------------- activeQ order
+
+
+def test_higher_priority_pops_first_then_the_earlier_queue_time(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
     queue.add(pod("low-old", 0))
     clock.advance(1)
     queue.add(pod("high", 10))
     clock.advance(1)
     queue.add(pod("low-new", 0))
-    popped = [queue.pop(), queue.pop(), queue.pop()]
-    assert [q.pod.name for q in popped if q] == ["high", "low-old", "low-new"]
+    assert [popped(queue).pod.name for _ in range(3)] == ["high", "low-old", "low-new"]
     assert queue.pop() is None
 
 
-def test_a_failed_pod_waits_in_the_pool_until_an_event(queue: SchedulingQueue, clock: FakeClock) -> None:
-    queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.add_unschedulable(q)
-    assert queue.pending() == {"active": 0, "backoff": 0, "unschedulable": 1}
-    clock.advance(60)
-    queue.flush()
-    assert queue.pop() is None
-    assert queue.move_all("NodeAdd") == 1
-    assert queue.pending()["active"] == 1  # backoff of 1 s long over
+def test_a_priority_change_while_queued_reorders_the_pod(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a", 0))
+    queue.add(pod("b", 0))
+    queue.update(pod("b", 0), pod("b", 100))
+    assert popped(queue).pod.name == "b"
 
 
-def test_an_event_during_the_attempt_sends_the_pod_to_backoff_not_the_pool(
-    queue: SchedulingQueue, clock: FakeClock
-) -> None:
-    queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.move_all("NodeAdd")
-    queue.add_unschedulable(q)
-    assert queue.pending() == {"active": 0, "backoff": 1, "unschedulable": 0}
-    clock.advance(0.5)
-    queue.flush()
-    assert queue.pop() is None
-    clock.advance(0.5)
-    queue.flush()
-    assert queue.pop() is q
+# ---------------------------------------------------------------------- backoff
 
 
 @pytest.mark.parametrize(
-    ("failures", "backoff"),
-    [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)],
+    ("failures", "seconds"),
+    [(1, 1), (2, 2), (3, 4), (4, 8), (5, 10), (6, 10)],
     ids=str,
 )
-def test_backoff_doubles_up_to_the_maximum(queue: SchedulingQueue, failures: int, backoff: float) -> None:
+def test_backoff_doubles_from_one_second_up_to_ten(clock: FakeClock, failures: int, seconds: float) -> None:
+    queue = scheduling_queue(clock)
     queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    q.unschedulable_count = failures
-    assert queue.backoff_duration(q) == backoff
+    queued = popped(queue)
+    queued.unschedulable_count = failures
+    assert queue.backoff_duration(queued) == seconds
 
 
-def test_the_pool_is_flushed_after_five_minutes(queue: SchedulingQueue, clock: FakeClock) -> None:
+def test_a_max_backoff_of_zero_disables_backoff(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, max_backoff=0)
     queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.add_unschedulable(q)
+    fail(queue, "a")  # an error: no rejecting plugin
+    assert where(queue, "a") is Where.ACTIVE
+
+
+def test_an_error_backs_off_and_is_never_popped_early(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a"))
+    queued = fail(queue, "a")
+    assert queued.consecutive_errors == 1
+    assert queue.pending() == {"active": 0, "backoff": 1, "unschedulable": 0, "gated": 0}
+    assert queue.pop() is None, "the error heap is never popped early"
+    clock.advance(1)
+    queue.flush()
+    assert popped(queue).pod.name == "a"
+
+
+def test_a_rejected_pod_in_backoff_is_popped_early_when_activeq_is_empty(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.BACKOFF
+    assert popped(queue).pod.name == "a"  # PopFromBackoffQ
+
+
+def test_without_pop_from_backoffq_a_pod_waits_out_its_backoff(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit), pop_from_backoff_q=False)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.move_all(NODE_ADD)
+    assert queue.pop() is None
+    assert queue.next_wakeup() == pytest.approx(clock.now() + 1)
+    clock.advance(1)
+    queue.flush()
+    assert popped(queue).pod.name == "a"
+
+
+def test_the_queue_timestamp_resets_when_a_pod_fails(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a"))
+    clock.advance(5)
+    queue.add(pod("b"))
+    queued = popped(queue)
+    clock.advance(5)
+    queue.add_unschedulable(queued)  # error -> backoff 1 s from *now*
+    clock.advance(1)
+    queue.flush()
+    assert popped(queue).pod.name == "b", "a came back with a fresh timestamp, behind b"
+    assert queued.initial_attempt_timestamp == 1005.0
+
+
+# ---------------------------------------------------------------------- the unschedulable pool and hints
+
+
+def test_a_rejected_pod_waits_in_the_pool_until_a_helpful_event(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    assert queue.pending()["unschedulable"] == 1
+    clock.advance(60)
+    queue.flush()
+    assert queue.pop() is None
+    assert queue.move_all(NODE_ADD) == 1
+    assert where(queue, "a") is Where.ACTIVE  # its 1 s backoff is long over
+
+
+def test_an_event_whose_hint_says_skip_leaves_the_pod_in_the_pool(clock: FakeClock) -> None:
+    fit = Rejector("Fit", answer=QueueingHint.QUEUE_SKIP)
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    assert queue.move_all(NODE_ADD) == 0
+    assert fit.calls == ["a"]
+    assert where(queue, "a") is Where.UNSCHEDULABLE
+
+
+def test_an_event_the_rejecting_plugin_did_not_register_is_not_even_asked(clock: FakeClock) -> None:
+    fit = Rejector("Fit", events=(NODE_ADD,))
+    queue = scheduling_queue(clock, framework_with(fit, Rejector("Labels", events=(NODE_LABEL,))))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    assert queue.move_all(NODE_LABEL) == 0
+    assert fit.calls == []
+
+
+def test_only_the_hints_of_plugins_that_rejected_the_pod_are_asked(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    taints = Rejector("Taints")
+    queue = scheduling_queue(clock, framework_with(fit, taints))
+    queue.add(pod("a"))
+    fail(queue, "a", "Taints")
+    queue.move_all(NODE_ADD)
+    assert (fit.calls, taints.calls) == ([], ["a"])
+
+
+def test_a_hint_that_raises_counts_as_queue(clock: FakeClock) -> None:
+    recorder = Recorder()
+    buggy = Rejector("Buggy", answer=None)
+    queue = scheduling_queue(clock, framework_with(buggy), recorder=recorder)
+    queue.add(pod("a"))
+    fail(queue, "a", "Buggy")
+    assert queue.move_all(NODE_ADD) == 1
+    assert recorder.hints == [("Buggy", "NodeAdd", "Error")]
+
+
+def test_queue_from_a_pending_plugin_skips_the_backoff(clock: FakeClock) -> None:
+    waiting = Rejector("Waiting")
+    queue = scheduling_queue(clock, framework_with(waiting), pop_from_backoff_q=False)
+    queue.add(pod("a"))
+    fail(queue, "a", pending=["Waiting"])
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.ACTIVE
+
+
+def test_queue_from_an_unschedulable_plugin_respects_the_backoff(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit), pop_from_backoff_q=False)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.BACKOFF
+
+
+def test_a_wildcard_event_moves_every_rejected_pod(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit", answer=QueueingHint.QUEUE_SKIP)))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    assert queue.move_all(ClusterEvent(Resource.WILDCARD, ActionType.ALL, "ForceActivate")) == 1
+
+
+def test_an_event_nobody_registered_returns_at_once_and_is_not_recorded(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")))
+    queue.add(pod("a"))
+    popped(queue)
+    assert queue.move_all(NODE_LABEL) == 0
+    assert queue.in_flight_event_counts() == {}
+
+
+def test_the_pool_is_flushed_after_five_minutes(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
     clock.advance(299)
     queue.flush()
-    assert queue.pending()["unschedulable"] == 1
+    assert where(queue, "a") is Where.UNSCHEDULABLE
     clock.advance(31)
     queue.flush()
-    assert queue.pending()["active"] == 1
-    assert ("active", "UnschedulableTimeout") in queue.incoming
+    assert where(queue, "a") is Where.ACTIVE
+    assert popped(queue).flushed
 
 
-def test_a_pod_deleted_while_queued_is_never_popped(queue: SchedulingQueue) -> None:
-    queue.add(pod("a"))
-    queue.delete(pod("a").key)
+# ---------------------------------------------------------------------- gated pods (PreEnqueue)
+
+
+def test_a_gated_pod_is_parked_and_counted_as_gated(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a", gates=["example.com/wait"]))
+    assert queue.pending() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 1}
     assert queue.pop() is None
+    queued = queue.get(PodKey("default/a"))
+    assert queued is not None
+    assert queued.gating_plugin == "SchedulingGates"
+    assert queued.gating_message == "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def _ungate(queue: SchedulingQueue, name: str, gates: Sequence[str] = ()) -> None:
+    old = queue.get(PodKey(f"default/{name}"))
+    assert old is not None
+    new = pod(name, gates=list(gates)) if gates else pod(name)
+    queue.update(old.pod, new, pod_update_events(old.pod.raw, new.raw, assigned=False))
+
+
+def test_removing_every_gate_sends_the_pod_to_activeq_at_once(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a", gates=["one", "two"]))
+    _ungate(queue, "a", gates=["two"])
+    assert where(queue, "a") is Where.UNSCHEDULABLE, "one gate left"
+    _ungate(queue, "a")
+    assert queue.pending() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 0}
+
+
+def test_another_pods_gates_removal_does_not_move_this_pod(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a", gates=["g"]))
+    queue.add(pod("b", gates=["g"]))
+    other = pod("b")
+    event = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED)
+    queue.move_all(event, pod("b", gates=["g"]).raw, other.raw)
+    assert where(queue, "a") is Where.UNSCHEDULABLE
+
+
+def test_a_gated_pod_is_rechecked_on_flush_but_not_every_30_seconds(clock: FakeClock) -> None:
+    calls: list[str] = []
+
+    class CountingGates(SchedulingGates):
+        def pre_enqueue(self, p: PodInfo) -> Status:
+            calls.append(p.name)
+            return super().pre_enqueue(p)
+
+    plugin_set = PluginSet(queue_sort=PrioritySort(), pre_enqueue=[CountingGates()], all=[CountingGates()])
+    queue = scheduling_queue(clock, Framework("usher", plugin_set))
+    queue.add(pod("a", gates=["g"]))
+    assert calls == ["a"]
+    for _ in range(11):  # 5.5 minutes of 30 s ticks
+        clock.advance(30)
+        queue.flush()
+    assert calls == ["a", "a"], "re-checked once after 5 minutes"
+    assert queue.pending()["gated"] == 1
+
+
+def test_every_move_to_activeq_runs_preenqueue(clock: FakeClock) -> None:
+    @dataclass
+    class Toggle:
+        name: str = "Toggle"
+        reject: bool = False
+
+        def pre_enqueue(self, p: PodInfo) -> Status:
+            return unschedulable("held") if self.reject else Status()
+
+    toggle = Toggle()
+    fit = Rejector("Fit")
+    plugin_set = PluginSet(queue_sort=PrioritySort(), pre_enqueue=[toggle], all=[toggle, fit])  # type: ignore[list-item]
+    queue = scheduling_queue(clock, Framework("usher", plugin_set))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    toggle.reject = True
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.BACKOFF
+    clock.advance(1)
+    queue.flush()  # backoff over: the move into activeQ runs PreEnqueue
+    assert queue.pending()["gated"] == 1
+    queued = queue.get(PodKey("default/a"))
+    assert queued is not None and queued.gating_plugin == "Toggle" and queued.gating_message == "held"
+
+
+# ---------------------------------------------------------------------- in-flight events
+
+
+def test_an_event_during_the_attempt_is_replayed_when_the_pod_fails(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit), pop_from_backoff_q=False)
+    queue.add(pod("a"))
+    queued = popped(queue)
+    queue.move_all(NODE_ADD, None, make_node().obj())
+    assert queue.in_flight_event_counts() == {"NodeAdd": 1}
+    queue.add_unschedulable(queued, unschedulable_plugins=["Fit"])
+    assert where(queue, "a") is Where.BACKOFF
+    assert fit.calls == ["a"]
+    assert queue.in_flight_event_counts() == {}
+
+
+def test_an_event_during_the_attempt_that_does_not_help_leaves_the_pod_in_the_pool(clock: FakeClock) -> None:
+    fit = Rejector("Fit", answer=QueueingHint.QUEUE_SKIP)
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    queued = popped(queue)
+    queue.move_all(NODE_ADD)
+    queue.add_unschedulable(queued, unschedulable_plugins=["Fit"])
+    assert where(queue, "a") is Where.UNSCHEDULABLE
+
+
+def test_events_before_the_pop_are_not_replayed(clock: FakeClock) -> None:
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    first = popped(queue)
+    queue.move_all(NODE_ADD)  # while a is in flight, before b is popped
+    second = popped(queue)
+    queue.done(first.key)
+    queue.add_unschedulable(second, unschedulable_plugins=["Fit"])
+    assert where(queue, "b") is Where.UNSCHEDULABLE
+    assert queue.in_flight_event_counts() == {}
+
+
+def test_a_pod_deleted_in_flight_is_not_requeued(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
+    queue.add(pod("a"))
+    queued = popped(queue)
+    queue.delete(queued.key)
+    queue.add_unschedulable(queued)
     assert len(queue) == 0
 
 
-def test_a_pod_deleted_in_flight_is_not_requeued(queue: SchedulingQueue) -> None:
+def test_an_update_in_flight_is_kept_for_the_next_attempt(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock)
     queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.delete(q.key)
-    queue.add_unschedulable(q)
+    queued = popped(queue)
+    queue.update(queued.pod, pod("a", 7), [])
+    queue.add_unschedulable(queued)
+    assert queued.pod.priority == 7
+
+
+# ---------------------------------------------------------------------- hints off (moveRequestCycle)
+
+
+def test_with_hints_off_a_move_during_the_attempt_sends_the_pod_to_backoff(clock: FakeClock) -> None:
+    fit = Rejector("Fit", answer=QueueingHint.QUEUE_SKIP)
+    queue = scheduling_queue(clock, framework_with(fit), queueing_hints=False, pop_from_backoff_q=False)
+    queue.add(pod("a"))
+    queued = popped(queue)
+    queue.move_all(NODE_ADD)
+    queue.add_unschedulable(queued, unschedulable_plugins=["Fit"])
+    assert where(queue, "a") is Where.BACKOFF
+    assert fit.calls == [], "hints are not asked with the gate off"
+
+
+def test_with_hints_off_no_move_during_the_attempt_parks_the_pod(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")), queueing_hints=False)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    assert where(queue, "a") is Where.UNSCHEDULABLE
+    assert queue.move_all(NODE_ADD) == 1, "any matching registration counts as Queue"
+
+
+# ---------------------------------------------------------------------- delete, activate, gauges
+
+
+def test_a_deleted_pod_disappears_from_every_gauge(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")))
+    for name in ("active", "backoff", "pool"):
+        queue.add(pod(name))
+    queue.add(pod("gated", gates=["g"]))
+    fail(queue, "active", "Fit")
+    fail(queue, "backoff", "Fit")
+    queue.move_all(NODE_ADD)
+    for name in ("active", "backoff", "pool", "gated"):
+        queue.delete(PodKey(f"default/{name}"))
+    assert queue.pending() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
     assert len(queue) == 0
+    assert queue.unschedulable_by_plugin() == {}
 
 
-def test_errors_back_off_even_without_events(queue: SchedulingQueue, clock: FakeClock) -> None:
+def test_activate_forces_a_pod_out_of_the_pool(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")))
     queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.add_unschedulable(q, error=True)
-    assert queue.pending()["backoff"] == 1
-    assert queue.next_wakeup() == pytest.approx(clock.now() + 1)
+    fail(queue, "a", "Fit")
+    queue.activate([PodKey("default/a")])
+    assert where(queue, "a") is Where.ACTIVE
 
 
-def test_done_removes_the_pod(queue: SchedulingQueue) -> None:
+def test_unschedulable_pods_are_counted_per_rejecting_plugin(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit"), Rejector("Taints")))
     queue.add(pod("a"))
-    q = queue.pop()
-    assert q is not None
-    queue.done(q.key)
-    assert len(queue) == 0
+    fail(queue, "a", "Fit", "Taints")
+    assert queue.unschedulable_by_plugin() == {("Fit", "usher"): 1, ("Taints", "usher"): 1}
+
+
+# ---------------------------------------------------------------------- PreQueueingHint (KEP-6132)
+
+
+def test_a_pre_queueing_hint_narrows_the_pods_whose_hints_run(clock: FakeClock) -> None:
+    recorder = Recorder()
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=lambda old, new: only(PodKey("default/p3")))
+    queue = scheduling_queue(clock, framework_with(claims), recorder=recorder)
+    for i in range(5):
+        queue.add(pod(f"p{i}"))
+    for i in range(5):
+        fail(queue, f"p{i}", "Claims")
+    clock.advance(2)  # past the 1 s backoff
+    assert queue.move_all(CLAIM_ADD) == 1
+    assert claims.calls == ["p3"], "only the listed pod's hint runs"
+    assert where(queue, "p3") is Where.ACTIVE
+    assert recorder.pre_hints == [("Claims", "narrowed")]
+
+
+def test_a_pre_queueing_hint_answering_all_pods_checks_every_pod(clock: FakeClock) -> None:
+    recorder = Recorder()
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=lambda old, new: ALL_PODS)
+    queue = scheduling_queue(clock, framework_with(claims), recorder=recorder)
+    for i in range(3):
+        queue.add(pod(f"p{i}"))
+    for i in range(3):
+        fail(queue, f"p{i}", "Claims")
+    assert queue.move_all(CLAIM_ADD) == 3
+    assert recorder.pre_hints == [("Claims", "all_pods")]
+
+
+def test_a_pre_queueing_hint_that_raises_means_all_pods(clock: FakeClock) -> None:
+    def broken(old: Any, new: Any) -> PreQueueingHintResult:
+        raise KeyError("index")
+
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=broken)
+    queue = scheduling_queue(clock, framework_with(claims))
+    queue.add(pod("a"))
+    fail(queue, "a", "Claims")
+    assert queue.move_all(CLAIM_ADD) == 1
+
+
+def test_a_plugin_without_pre_hint_still_sees_every_pod_it_rejected(clock: FakeClock) -> None:
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=lambda old, new: only())
+    other = Rejector("Other", events=(CLAIM_ADD,))
+    queue = scheduling_queue(clock, framework_with(claims, other))
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    fail(queue, "a", "Claims")
+    fail(queue, "b", "Other")
+    assert queue.move_all(CLAIM_ADD) == 1
+    assert (claims.calls, other.calls) == ([], ["b"])
+
+
+def test_with_the_gate_off_pre_queueing_hints_are_not_asked(clock: FakeClock) -> None:
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=lambda old, new: only())
+    queue = scheduling_queue(clock, framework_with(claims), pre_queueing_hints=False)
+    queue.add(pod("a"))
+    fail(queue, "a", "Claims")
+    assert queue.move_all(CLAIM_ADD) == 1
+
+
+# ---------------------------------------------------------------------- the default profile's real hints
+
+
+def test_a_pod_too_big_for_every_node_comes_back_only_for_a_node_that_could_hold_it(clock: FakeClock) -> None:
+    recorder = Recorder()
+    queue = scheduling_queue(clock, framework(), recorder=recorder)
+    queue.add(PodInfo.from_api(make_pod().name("big").req(cpu="8").obj()))
+    fail(queue, "big", "NodeResourcesFit")
+    small = make_node().capacity(cpu="4", memory="8Gi", pods=110).obj()
+    queue.move_all(NODE_ADD, None, small)
+    assert where(queue, "big") is Where.UNSCHEDULABLE
+    labelled = make_node().label("zone", "a").obj()
+    for event in node_update_events(small, labelled):
+        queue.move_all(event, small, labelled)
+    assert where(queue, "big") is Where.UNSCHEDULABLE
+    large = make_node().capacity(cpu="16", memory="32Gi", pods=110).obj()
+    queue.move_all(NODE_ADD, None, large)
+    assert where(queue, "big") is Where.BACKOFF, "it failed a moment ago: 1 s backoff first"
+    assert [h for h in recorder.hints if h[0] == "NodeResourcesFit"] == [
+        ("NodeResourcesFit", "NodeAdd", "QueueSkip"),
+        ("NodeResourcesFit", "NodeAdd", "Queue"),
+    ]

@@ -1,23 +1,86 @@
 """Prometheus metrics with kube-scheduler's names, types, labels and buckets.
 
 Each ``Metrics`` owns its own registry, so several schedulers (tests) can
-live in one process. Plugins and the core never touch this module: the
-runtime records what the core reports.
+live in one process. Plugins and the core never touch this module: the core
+reports through small recorder protocols (QueueRecorder, FrameworkRecorder,
+the dispatcher's CallObserver) that this class implements, and the queue's
+gauges are read from the queue when Prometheus scrapes, costing nothing per
+event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> list[float]:
     return [start * factor**i for i in range(count)]
 
 
+class QueueState(Protocol):
+    def pending(self) -> dict[str, int]: ...
+
+    def unschedulable_by_plugin(self) -> Mapping[tuple[str, str], int]: ...
+
+    def in_flight_event_counts(self) -> Mapping[str, int]: ...
+
+
+class _QueueCollector(Collector):
+    def __init__(self) -> None:
+        self.queues: list[QueueState] = []
+
+    def collect(self) -> Iterator[Metric]:
+        pending = GaugeMetricFamily(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means "
+            "number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the "
+            "scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the "
+            "scheduler never attempted to schedule because they are gated.",
+            labels=["queue"],
+        )
+        totals = {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+        by_plugin: dict[tuple[str, str], int] = {}
+        inflight: dict[str, int] = {}
+        for queue in self.queues:
+            for name, count in queue.pending().items():
+                totals[name] = totals.get(name, 0) + count
+            for key, count in queue.unschedulable_by_plugin().items():
+                by_plugin[key] = by_plugin.get(key, 0) + count
+            for event, count in queue.in_flight_event_counts().items():
+                inflight[event] = inflight.get(event, 0) + count
+        for name, count in totals.items():
+            pending.add_metric([name], count)
+        yield pending
+        unschedulable = GaugeMetricFamily(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all "
+            "plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+            labels=["plugin", "profile"],
+        )
+        for (plugin, profile), count in sorted(by_plugin.items()):
+            unschedulable.add_metric([plugin, profile], count)
+        yield unschedulable
+        events = GaugeMetricFamily(
+            "scheduler_inflight_events",
+            "Number of events currently tracked in the scheduling queue.",
+            labels=["event"],
+        )
+        for event, count in sorted(inflight.items()):
+            events.add_metric([event], count)
+        yield events
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._queues = _QueueCollector()
+        r.register(self._queues)
         self.schedule_attempts = Counter(
             "scheduler_schedule_attempts",
             "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be "
@@ -32,19 +95,70 @@ class Metrics:
             buckets=exponential_buckets(0.001, 2, 15),
             registry=r,
         )
-        self.pending_pods = Gauge(
-            "scheduler_pending_pods",
-            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
-            "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
-            "unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number "
-            "of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
-            ["queue"],
+        self.scheduling_algorithm_duration = Histogram(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "Scheduling algorithm latency in seconds",
+            buckets=exponential_buckets(0.001, 2, 15),
+            registry=r,
+        )
+        self.pod_scheduling_sli_duration = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might "
+            "involve multiple scheduling attempts.",
+            ["attempts"],
+            buckets=exponential_buckets(0.01, 2, 20),
+            registry=r,
+        )
+        self.pod_scheduling_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=exponential_buckets(1, 2, 5),
             registry=r,
         )
         self.queue_incoming_pods = Counter(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
             ["queue", "event"],
+            registry=r,
+        )
+        self.event_handling_duration = Histogram(
+            "scheduler_event_handling_duration_seconds",
+            "Event handling latency in seconds.",
+            ["event"],
+            buckets=exponential_buckets(0.0001, 2, 12),
+            registry=r,
+        )
+        self.queueing_hint_duration = Histogram(
+            "scheduler_queueing_hint_execution_duration_seconds",
+            "Duration for running a queueing hint function of a plugin.",
+            ["plugin", "event", "hint"],
+            buckets=exponential_buckets(0.00001, 1.5, 20),
+            registry=r,
+        )
+        self.pre_queueing_hint_evaluations = Counter(
+            "scheduler_pre_queueing_hint_evaluations",
+            "Number of PreQueueingHint evaluations, by whether the plugin narrowed the pods to check.",
+            ["plugin", "result"],
+            registry=r,
+        )
+        self.pod_scheduled_after_flush = Counter(
+            "scheduler_pod_scheduled_after_flush",
+            "Number of pods scheduled after being moved by the unschedulable-pods flush rather than by an event: "
+            "a sign of a missing QueueingHint or PreQueueingHint event.",
+            registry=r,
+        )
+        self.framework_extension_point_duration = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=exponential_buckets(0.0001, 2, 12),
+            registry=r,
+        )
+        self.plugin_execution_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ["plugin", "extension_point", "status"],
+            buckets=exponential_buckets(0.00001, 1.5, 20),
             registry=r,
         )
         self.async_api_call_execution = Counter(
@@ -66,13 +180,36 @@ class Metrics:
             ["call_type"],
             registry=r,
         )
-        for queue in ("active", "backoff", "unschedulable", "gated"):
-            self.pending_pods.labels(queue=queue).set(0)
+
+    def watch_queue(self, queue: QueueState) -> None:
+        """Report this queue's gauges (pending_pods, unschedulable_pods, inflight_events) at scrape time."""
+        self._queues.queues.append(queue)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-    # -- the dispatcher's CallObserver ---------------------------------------
+    # -- QueueRecorder ---------------------------------------------------------
+
+    def incoming(self, queue: str, event: str) -> None:
+        self.queue_incoming_pods.labels(queue=queue, event=event).inc()
+
+    def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None:
+        self.queueing_hint_duration.labels(plugin=plugin, event=event, hint=hint).observe(seconds)
+
+    def pre_hint_evaluated(self, plugin: str, result: str) -> None:
+        self.pre_queueing_hint_evaluations.labels(plugin=plugin, result=result).inc()
+
+    # -- FrameworkRecorder -----------------------------------------------------
+
+    def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None:
+        self.framework_extension_point_duration.labels(extension_point=point, status=status, profile=profile).observe(
+            seconds
+        )
+
+    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None:
+        self.plugin_execution_duration.labels(plugin=plugin, extension_point=point, status=status).observe(seconds)
+
+    # -- the dispatcher's CallObserver -------------------------------------------
 
     def call_finished(self, call_type: str, result: str, seconds: float) -> None:
         self.async_api_call_execution.labels(call_type=call_type, result=result).inc()

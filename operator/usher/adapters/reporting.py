@@ -1,4 +1,4 @@
-"""API calls that tell users what happened to a pod: bindings and Events."""
+"""Bodies and paths of the API calls usher makes about a pod: bindings and Events."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""Schedule one pod: filter every node, score the feasible ones, pick the best.
+"""The scheduling cycle's algorithm: PreFilter, Filter (all nodes or a sample), Score, pick one. Pure.
 
-Pure. The caller owns the cache and the API: it assumes the pod on the chosen
-node and binds it. Ties are broken by a seeded random choice, so a run can be
-replayed.
+The caller owns the cache, the queue and the API: it assumes the pod on the
+chosen node, runs Reserve/Permit and hands the binding cycle to the event
+loop. Node sampling follows kube-scheduler (reference section 8): under 100
+nodes every node is filtered; above, filtering stops once enough feasible
+nodes were found, starting where the previous cycle stopped. Ties are broken
+by a seeded random choice, so a run can be replayed.
 """
 
 from __future__ import annotations
@@ -13,43 +16,133 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from usher.core.cache import NodeInfo
-from usher.core.fit import fit_reasons, least_allocated_score
-from usher.core.types import NodeName, PodInfo
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.runtime import Framework
+from usher.core.types import Code, NodeName, PodInfo, Status
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The outcome of one attempt: a node, or why every node was rejected."""
+@dataclass(slots=True)
+class ScheduleResult:
+    """A node, or why every node was rejected (and by which plugins)."""
 
     node: NodeName | None
-    node_count: int
-    reasons: Counter[str] = field(default_factory=Counter)
+    evaluated: int = 0
+    feasible: int = 0
+    node_count: int = 0
+    status: Status = field(default_factory=Status)
+    node_statuses: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    pre_filter_message: str = ""
 
     @property
     def message(self) -> str:
-        """kube-scheduler's shape: ``0/3 nodes are available: 2 Insufficient cpu, 1 Too many pods.``"""
+        """kube-scheduler's FailedScheduling shape: ``0/3 nodes are available: 2 Insufficient cpu, ...``."""
         if self.node is not None:
             return ""
-        histogram = sorted(f"{count} {reason}" for reason, count in self.reasons.items())
-        if not histogram:
-            return f"0/{self.node_count} nodes are available."
-        return f"0/{self.node_count} nodes are available: {', '.join(histogram)}."
+        if self.status.code is Code.ERROR:
+            return self.status.message
+        reasons: Counter[str] = Counter()
+        for status in self.node_statuses.values():
+            reasons.update(status.reasons)
+        parts = [f"0/{self.node_count} nodes are available"]
+        detail = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
+        if self.pre_filter_message:
+            parts[0] += f": {self.pre_filter_message}."
+            if detail:
+                parts.append(f" {detail}.")
+            return "".join(parts)
+        return f"{parts[0]}: {detail}." if detail else f"{parts[0]}."
 
 
-def schedule(pod: PodInfo, nodes: Sequence[NodeInfo], rng: random.Random) -> Placement:
-    reasons: Counter[str] = Counter()
-    best: list[NodeName] = []
-    best_score = -1
-    for node in nodes:
-        rejected = fit_reasons(pod, node)
-        if rejected:
-            reasons.update(rejected)
+class NodeSampler:
+    """How many feasible nodes to look for, and where to start (rotating)."""
+
+    def __init__(self, percentage: int = 0) -> None:
+        self.percentage = percentage
+        self.next_start = 0
+
+    def num_to_find(self, total: int, profile_percentage: int | None) -> int:
+        if total < MIN_FEASIBLE_NODES_TO_FIND:
+            return total
+        percentage = profile_percentage if profile_percentage is not None else self.percentage
+        if percentage == 0:
+            percentage = max(50 - total // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+        if percentage >= 100:
+            return total
+        return max(total * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def schedule(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    *,
+    rng: random.Random,
+    sampler: NodeSampler | None = None,
+) -> ScheduleResult:
+    sampler = sampler or NodeSampler()
+    result = ScheduleResult(node=None, node_count=len(nodes))
+    pre = framework.run_pre_filter(state, pod, nodes)
+    if not pre.status.ok:
+        result.status = pre.status
+        if pre.status.code is Code.PENDING:
+            result.pending_plugins |= pre.rejectors
+        else:
+            result.unschedulable_plugins |= pre.rejectors
+        result.pre_filter_message = pre.status.message
+        for node in nodes:
+            result.node_statuses[node.name] = pre.status
+        return result
+    candidates: Sequence[NodeInfo] = nodes
+    if pre.result is not None and pre.result.node_names is not None:
+        allowed = pre.result.node_names
+        candidates = [n for n in nodes if n.name in allowed]
+        result.unschedulable_plugins |= pre.rejectors
+        if not candidates:
+            result.pre_filter_message = "node(s) didn't satisfy plugin(s) " + str(sorted(pre.rejectors))
+            return result
+    feasible: list[NodeInfo] = []
+    total = len(candidates)
+    want = sampler.num_to_find(total, framework.percentage_of_nodes_to_score)
+    start = sampler.next_start % total if total else 0
+    evaluated = 0
+    for i in range(total):
+        node = candidates[(start + i) % total]
+        evaluated += 1
+        status = framework.run_filter(state, pod, node)
+        if status.ok:
+            feasible.append(node)
+            if len(feasible) >= want:
+                break
             continue
-        score = least_allocated_score(pod, node)
-        if score > best_score:
-            best, best_score = [node.name], score
-        elif score == best_score:
-            best.append(node.name)
-    if not best:
-        return Placement(node=None, node_count=len(nodes), reasons=reasons)
-    return Placement(node=rng.choice(best), node_count=len(nodes))
+        if status.code is Code.ERROR:
+            result.status = status
+            result.evaluated = evaluated
+            return result
+        result.node_statuses[node.name] = status
+        if status.code is Code.PENDING:
+            result.pending_plugins.add(status.plugin)
+        else:
+            result.unschedulable_plugins.add(status.plugin)
+    if total:
+        sampler.next_start = (start + evaluated) % total
+    result.evaluated = evaluated
+    result.feasible = len(feasible)
+    if not feasible:
+        result.status = Status(Code.UNSCHEDULABLE, (result.message,))
+        return result
+    if len(feasible) == 1:
+        result.node = feasible[0].name
+        return result
+    scores, status = framework.run_score(state, pod, feasible)
+    if not status.ok:
+        result.status = status
+        return result
+    best = max(scores.values())
+    result.node = rng.choice([name for name, score in scores.items() if score == best])
+    return result

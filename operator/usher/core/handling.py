@@ -1,14 +1,17 @@
-"""Watch events -> cache and queue updates. Pure.
+"""Watch events -> cache updates, queue updates and cluster events. Pure.
 
 Every pod goes to the cache or the queue, never both:
-- assigned (``spec.nodeName`` set) pods, whoever scheduled them, are counted
-  in the cache on their node, and may make room or fill it for others;
-- unscheduled pods of our scheduler names are queued;
+- assigned (``spec.nodeName`` set), non-terminal pods, whoever scheduled
+  them, are counted in the cache; their add/update/delete is a cluster event
+  (AssignedPodAdd ...) offered to the unschedulable pods;
+- unscheduled pods of our scheduler names are queued (Add/Update/Delete);
+- nodes update the cache and raise NodeAdd or one event per detected change
+  (heartbeats raise none);
 - everything else is ignored.
 
-A pod the API server served but usher cannot parse (say, a request quantity
-it does not understand) is recorded in ``malformed`` for the runtime to
-report on that pod; it never raises out of here.
+A pod the API server served but usher cannot parse (a request quantity it
+does not understand) is recorded in ``malformed`` for the runtime to report
+on that pod; nothing here raises on bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from usher.core.cache import Cache
+from usher.core.events import (
+    ASSIGNED_POD_ADD,
+    ASSIGNED_POD_DELETE,
+    NODE_ADD,
+    NODE_DELETE,
+    POD_ADD,
+    UNSCHEDULED_POD_DELETE,
+    UNSCHEDULED_POD_UPDATE,
+    node_update_events,
+    pod_update_events,
+)
 from usher.core.queue import SchedulingQueue
 from usher.core.types import PodInfo, PodKey, pod_key
 
@@ -40,56 +54,77 @@ class EventHandlers:
     malformed: list[Malformed] = field(default_factory=list)
     _seen_versions: dict[PodKey, str] = field(default_factory=dict)
 
-    def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+    def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
+        """Apply one pod watch event; returns the event label (for event_handling_duration_seconds)."""
         meta = raw.get("metadata") or {}
         key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         if event_type == DELETED:
             self._seen_versions.pop(key, None)
-            self.cache.remove_pod(key)
-            self.queue.delete(key)
-            self.queue.move_all("AssignedPodDelete")
-            return
+            return self._pod_gone(key)
         version = str(meta.get("resourceVersion") or "")
         if version and self._seen_versions.get(key) == version:
-            return  # a re-delivery of what we already reflect (kopf re-lists, resyncs)
+            return ""  # a re-delivery of what we already reflect
         self._seen_versions[key] = version
         try:
             pod = PodInfo.from_api(raw)
         except ValueError as exc:
-            self.queue.delete(key)
+            self._pod_gone(key)
             if (raw.get("spec") or {}).get("schedulerName") in self.scheduler_names:
                 self.malformed.append(Malformed(pod=raw, message=str(exc)))
-            return
-        if pod.assigned:
-            self.queue.delete(key)
-            was_counted = self.cache.node_of(key) is not None
-            self.cache.add_or_update_pod(pod)
-            if pod.terminal and was_counted:
-                self.queue.move_all("AssignedPodUpdate")
-            return
-        self.cache.remove_pod(key)  # e.g. an assumed pod whose binding was undone
-        if pod.scheduler_name in self.scheduler_names and not pod.terminal and not pod.deleting:
-            self.queue.update(pod) if self.queue.get(key) else self.queue.add(pod)
-        else:
-            self.queue.delete(key)
+            return "PodMalformed"
+        if pod.assigned and not pod.terminal:
+            return self._assigned(pod)
+        if pod.assigned:  # terminal: its resources are free again
+            return self._pod_gone(key)
+        return self._unscheduled(pod)
 
-    def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+    def _assigned(self, pod: PodInfo) -> str:
+        self.queue.delete(pod.key)
+        old = self.cache.pod(pod.key)
+        was_assumed = self.cache.is_assumed(pod.key)
+        self.cache.add_or_update_pod(pod)
+        if old is None or was_assumed:
+            self.queue.move_all(ASSIGNED_POD_ADD, None, pod.raw)
+            return ASSIGNED_POD_ADD.label
+        for event in pod_update_events(old.raw, pod.raw, assigned=True):
+            self.queue.move_all(event, old.raw, pod.raw)
+        return "AssignedPodUpdate"
+
+    def _unscheduled(self, pod: PodInfo) -> str:
+        # An assumed pod still shows unbound until the watch catches up: it stays counted.
+        ours = pod.scheduler_name in self.scheduler_names and not pod.deleting
+        queued = self.queue.get(pod.key)
+        if not ours:
+            self.queue.delete(pod.key)
+            return ""
+        if queued is None:
+            self.queue.add(pod)
+            return POD_ADD.label
+        events = pod_update_events(queued.pod.raw, pod.raw, assigned=False)
+        self.queue.update(queued.pod, pod, events)
+        return UNSCHEDULED_POD_UPDATE.label
+
+    def _pod_gone(self, key: PodKey) -> str:
+        """Deleted, or terminal: uncount it (assumed or not) and forget it in the queue."""
+        old = self.cache.pod(key)
+        queued = self.queue.delete(key)
+        if old is not None:
+            self.cache.remove_pod(key)
+            self.queue.move_all(ASSIGNED_POD_DELETE, old.raw, None)
+            return ASSIGNED_POD_DELETE.label
+        return UNSCHEDULED_POD_DELETE.label if queued is not None else ""
+
+    def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         name = str((raw.get("metadata") or {}).get("name") or "")
         if event_type == DELETED:
             self.cache.remove_node(name)
-            return
+            return NODE_DELETE.label
         old = self.cache.node(name)
         old_raw = old.raw if old is not None else None
         self.cache.add_or_update_node(raw)
         if old_raw is None:
-            self.queue.move_all("NodeAdd")
-        elif _placement_relevant(old_raw) != _placement_relevant(raw):
-            # Heartbeats only touch conditions and timestamps: they must not requeue anything.
-            self.queue.move_all("NodeUpdate")
-
-
-def _placement_relevant(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    return (status.get("allocatable"), spec.get("unschedulable"), meta.get("labels"), spec.get("taints"))
+            self.queue.move_all(NODE_ADD, None, raw)
+            return NODE_ADD.label
+        for event in node_update_events(old_raw, raw):
+            self.queue.move_all(event, old_raw, raw)
+        return "NodeUpdate"

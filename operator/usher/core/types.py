@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, NewType
 
 from usher.core.resources import ResourceList, pod_requests
@@ -67,3 +68,57 @@ class PodInfo:
     @property
     def assigned(self) -> bool:
         return bool(self.node_name)
+
+
+class Code(IntEnum):
+    """The outcome of one plugin call, as in kube-scheduler's framework."""
+
+    SUCCESS = 0
+    ERROR = 1
+    UNSCHEDULABLE = 2
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 3
+    WAIT = 4
+    SKIP = 5
+    PENDING = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A plugin's verdict: a code, human reasons, and the plugin that gave it."""
+
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    @property
+    def is_rejection(self) -> bool:
+        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.PENDING)
+
+    @property
+    def message(self) -> str:
+        return ", ".join(self.reasons)
+
+    def with_plugin(self, plugin: str) -> Status:
+        return self if self.plugin == plugin else Status(self.code, self.reasons, plugin)
+
+
+SUCCESS = Status()
+
+
+def unschedulable(*reasons: str, resolvable: bool = True) -> Status:
+    return Status(Code.UNSCHEDULABLE if resolvable else Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons)
+
+
+def error(message: str) -> Status:
+    return Status(Code.ERROR, (message,))
+
+
+class QueueingHint(IntEnum):
+    """A QueueingHint's answer: may this event make the rejected pod schedulable?"""
+
+    QUEUE_SKIP = 0
+    QUEUE = 1

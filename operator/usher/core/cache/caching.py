@@ -127,6 +127,12 @@ class Cache:
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(NodeName(name))
 
+    def pod(self, key: PodKey) -> PodInfo | None:
+        """The counted (bound or assumed) version of a pod."""
+        node = self._pod_nodes.get(key)
+        info = self._nodes.get(node) if node is not None else None
+        return info.pods.get(key) if info is not None else None
+
     def node_of(self, key: PodKey) -> NodeName | None:
         return self._pod_nodes.get(key)
 

@@ -1,5 +1,6 @@
 """The scheduling queue. Pure."""
 
-from usher.core.queue.queueing import QueuedPod, SchedulingQueue
+from usher.core.queue.queuedpod import QueuedPod, Where
+from usher.core.queue.queueing import QueueOptions, QueueProfile, QueueRecorder, SchedulingQueue, Strategy
 
-__all__ = ["QueuedPod", "SchedulingQueue"]
+__all__ = ["QueueOptions", "QueueProfile", "QueueRecorder", "QueuedPod", "SchedulingQueue", "Strategy", "Where"]

@@ -1,70 +1,136 @@
 """Theory of operation: the scheduling queue, the one owner of every pod transition.
 
-Pure, sans-I/O: callers feed it events and ask it for the next pod; it never
-waits or sleeps. ``next_wakeup()`` tells the caller when timed work
-(backoff expiry, the unschedulable flush) is due, and ``flush()`` does it.
+Pure and sans-I/O: callers feed it watch events and ask it for the next pod;
+it never waits. ``next_wakeup()`` says when timed work is due and
+``flush()`` does it. Nothing else changes ``QueuedPod.where``.
 
 Every unscheduled pod of our profiles is in exactly one place:
 
-    activeQ        ready to be tried, highest priority first, then oldest
-    backoffQ       failed recently; waits 1 s, 2 s, 4 s ... up to 10 s
-    unschedulable  failed and waits for a cluster event that may help it
-                   (or for the flush after 5 minutes)
-    in flight      popped and being scheduled right now
+    activeQ        ready to be tried, in QueueSort order (priority, then queue time)
+    backoffQ       failed recently, waits 1 s, 2 s, 4 s ... up to 10 s (per-pod)
+    unschedulable  rejected by plugins, waits for a cluster event that may help;
+                   or *gated*: a PreEnqueue plugin (scheduling gates, a missing
+                   ResourceClaim ...) holds it back and it was never tried
+    in flight      popped, being scheduled right now
 
-    add ----------> activeQ --pop--> in flight --done--> (gone: bound)
-                       ^                 |
-                       |                 +-- failed --> unschedulable
-                       |                 |                  |
-                       +--- backoffQ <---+ (moved while in  | move_all / flush
-                       |    (expiry)       flight, or error)|
-                       +------------------------------------+
+          add / update                pop                 done (bound)
+    ---> [PreEnqueue] --> activeQ ----------> in flight -------------> gone
+              |  rejected    ^  ^                  | failed
+              v              |  | backoff over     v
+           gated (pool)      |  +--- backoffQ <-- hints over the events that
+              ^   event that |        ^            arrived in flight: Queue?
+              |   matches    |        | Queue          | Skip
+              +--- its gate -+--------+---- unschedulable pool <-+
+                                     (events + QueueingHints; flush after 5 min)
 
-A pod that fails while a cluster event arrived during its attempt goes to
-backoffQ rather than the pool, so the event that might have helped it is not
-lost (kube-scheduler's moveRequestCycle).
+Every move into activeQ runs PreEnqueue first, so a pod can only be popped
+if every PreEnqueue plugin accepts it.
+
+Events: a cluster event is offered to the pods in the pool. Only the
+QueueingHints of the plugins that rejected a pod are asked about it, and
+only for registrations that match the event; an erroring hint counts as
+Queue. Queue from a plugin that answered Pending requeues at once (no
+backoff). A PreQueueingHint, asked once per event, may narrow the pods whose
+hints are asked at all (KEP-6132); the 5-minute flush is the safety net.
+
+In flight: while any pod is being scheduled, every event of interest is
+recorded; when a pod fails, the events recorded since it was popped are
+replayed through its hints, so an event that arrived mid-attempt is not lost.
+
+With the SchedulerQueueingHints gate off, hints are not asked (any matching
+registration of a rejecting plugin counts as Queue) and a failed pod goes to
+backoffQ if any move happened while it was in flight (moveRequestCycle).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import enum
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from typing import Any, Protocol
 
 from usher.core.clock import Clock
-from usher.core.types import PodInfo, PodKey
+from usher.core.events import (
+    BACKOFF_COMPLETE,
+    FORCE_ACTIVATE,
+    POD_ADD,
+    POP_FROM_BACKOFF_Q,
+    SCHEDULE_ATTEMPT_FAILURE,
+    UNSCHEDULABLE_TIMEOUT,
+    ClusterEvent,
+    Resource,
+)
+from usher.core.framework.interface import ClusterEventWithHint, PreQueueingHintResult
+from usher.core.queue.activeq import ActiveQueue, SortKey
+from usher.core.queue.backoffq import BackoffQueue
+from usher.core.queue.inflight import InFlight
+from usher.core.queue.queuedpod import QueuedPod, Where
+from usher.core.queue.unschedulable import UnschedulablePool
+from usher.core.types import Code, PodInfo, PodKey, QueueingHint, Status
 
 DEFAULT_INITIAL_BACKOFF = 1.0
 DEFAULT_MAX_BACKOFF = 10.0
-DEFAULT_MAX_UNSCHEDULABLE_DURATION = 300.0
+DEFAULT_MAX_IN_UNSCHEDULABLE = 300.0
 UNSCHEDULABLE_FLUSH_INTERVAL = 30.0
 
 
-class Where(Enum):
-    ACTIVE = "active"
-    BACKOFF = "backoff"
-    UNSCHEDULABLE = "unschedulable"
-    IN_FLIGHT = "in_flight"
+class Strategy(enum.IntEnum):
+    """What an event means for one pod, in increasing urgency."""
+
+    SKIP = 0
+    AFTER_BACKOFF = 1
+    IMMEDIATELY = 2
+
+
+class QueueProfile(Protocol):
+    """What the queue needs from a profile's framework."""
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status: ...
+
+    @property
+    def queueing_hints(self) -> Mapping[str, Sequence[ClusterEventWithHint]]: ...
+
+
+class QueueRecorder(Protocol):
+    """Where the queue reports what it did (the metrics adapter implements it)."""
+
+    def incoming(self, queue: str, event: str) -> None: ...
+
+    def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None: ...
+
+    def pre_hint_evaluated(self, plugin: str, result: str) -> None: ...
+
+
+class _Silent:
+    def incoming(self, queue: str, event: str) -> None:
+        pass
+
+    def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None:
+        pass
+
+    def pre_hint_evaluated(self, plugin: str, result: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    initial_backoff: float = DEFAULT_INITIAL_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    max_in_unschedulable: float = DEFAULT_MAX_IN_UNSCHEDULABLE
+    queueing_hints: bool = True
+    """Feature gate SchedulerQueueingHints."""
+    pre_queueing_hints: bool = True
+    """Feature gate SchedulerPreQueueingHints."""
+    pop_from_backoff_q: bool = True
 
 
 @dataclass(slots=True)
-class QueuedPod:
-    """A pod's scheduling history while it waits to be placed."""
+class _Interest:
+    """For one event: the registrations of each plugin that match it, across profiles."""
 
-    pod: PodInfo
-    timestamp: float
-    initial_attempt_timestamp: float | None = None
-    attempts: int = 0
-    unschedulable_count: int = 0
-    consecutive_errors: int = 0
-    where: Where = Where.ACTIVE
-    popped_at_cycle: int = 0
-    _entry: int = field(default=0, repr=False)
-
-    @property
-    def key(self) -> PodKey:
-        return self.pod.key
+    by_plugin: dict[str, list[ClusterEventWithHint]] = field(default_factory=dict)
 
 
 class SchedulingQueue:
@@ -72,140 +138,220 @@ class SchedulingQueue:
         self,
         clock: Clock,
         *,
-        initial_backoff: float = DEFAULT_INITIAL_BACKOFF,
-        max_backoff: float = DEFAULT_MAX_BACKOFF,
-        max_unschedulable_duration: float = DEFAULT_MAX_UNSCHEDULABLE_DURATION,
+        profiles: Mapping[str, QueueProfile],
+        sort_key: SortKey,
+        options: QueueOptions | None = None,
+        recorder: QueueRecorder | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._clock = clock
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
-        self._max_unschedulable = max_unschedulable_duration
+        self._profiles = profiles
+        self._options = options or QueueOptions()
+        self._recorder: QueueRecorder = recorder or _Silent()
+        self._timer = timer
         self._pods: dict[PodKey, QueuedPod] = {}
-        self._active: list[tuple[int, float, int, PodKey]] = []
-        self._backoff: list[tuple[float, int, PodKey]] = []
-        self._counter = itertools.count(1)
+        self._active = ActiveQueue(sort_key)
+        self._backoff = BackoffQueue()
+        self._pool = UnschedulablePool()
+        self._in_flight = InFlight()
+        self._entries = 0
         self._cycle = 0
-        self._move_cycle = -1
-        self._last_unschedulable_flush = clock.now()
-        self.incoming: list[tuple[str, str]] = []
-        """(queue, event) pairs of every move since the last drain: for metrics."""
+        self._move_request_cycle = -1
+        self._last_pool_flush = clock.now()
+        self._interest_cache: dict[ClusterEvent, _Interest] = {}
 
-    # -- events from the watch ----------------------------------------------
+    # ------------------------------------------------------------------ pods
 
     def add(self, pod: PodInfo) -> None:
-        """A new unscheduled pod (or one seen again after a restart)."""
+        """A new unscheduled pod of one of our profiles."""
         if pod.key in self._pods:
-            self.update(pod)
+            self.update(None, pod)
             return
         queued = QueuedPod(pod=pod, timestamp=self._clock.now())
         self._pods[pod.key] = queued
-        self._to_active(queued, "PodAdd")
+        self._to_active_or_gated(queued, POD_ADD.label)
 
-    def update(self, pod: PodInfo) -> None:
-        queued = self._pods.get(pod.key)
+    def update(self, old: PodInfo | None, new: PodInfo, events: Sequence[ClusterEvent] = ()) -> None:
+        """A newer version of an unscheduled pod; ``events`` are its split update events."""
+        queued = self._pods.get(new.key)
         if queued is None:
-            self.add(pod)
+            self.add(new)
             return
-        if queued.pod.uid != pod.uid:
-            # Same name, new object: the old pod was deleted and recreated.
-            self.delete(pod.key)
-            self.add(pod)
+        if queued.pod.uid != new.uid:
+            self.delete(new.key)
+            self.add(new)
             return
-        queued.pod = pod
-        if queued.where is Where.UNSCHEDULABLE:
-            self._to_backoff_or_active(queued, "UnscheduledPodUpdate")
+        previous = queued.pod
+        queued.pod = new
+        if queued.where is Where.IN_FLIGHT:
+            for event in events:
+                if self._event_of_interest(event):
+                    self._in_flight.record(event, previous.raw, new.raw)
+            return
+        if queued.where is Where.ACTIVE:
+            if previous.priority != new.priority:
+                self._active.discard(queued)
+                self._push_active(queued)
+            return
+        if queued.where is Where.BACKOFF:
+            return
+        # In the pool (rejected or gated): does this change of the pod itself help it?
+        strategy = Strategy.SKIP
+        label = events[0].label if events else "UnscheduledPodUpdate"
+        for event in events:
+            decided = self._strategy(queued, event, previous.raw, new.raw, None)
+            if decided > strategy:
+                strategy, label = decided, event.label
+        if strategy is not Strategy.SKIP:
+            self._requeue(queued, strategy, label)
 
-    def delete(self, key: PodKey) -> None:
+    def delete(self, key: PodKey) -> QueuedPod | None:
         """The pod is gone, or no longer ours to place (bound, or another scheduler's)."""
-        # Heap entries left behind are skipped on pop: their key is gone or re-added anew.
-        self._pods.pop(key, None)
+        queued = self._pods.pop(key, None)
+        if queued is None:
+            return None
+        self._leave(queued)
+        return queued
 
-    def move_all(self, event: str) -> int:
-        """A cluster event that may make unschedulable pods schedulable. Returns how many moved."""
-        self._move_cycle = self._cycle
-        moved = 0
-        for queued in list(self._pods.values()):
-            if queued.where is Where.UNSCHEDULABLE:
-                self._to_backoff_or_active(queued, event)
-                moved += 1
-        return moved
+    def activate(self, keys: Iterable[PodKey]) -> None:
+        """Force pods out of the pool or backoffQ into activeQ (kube-scheduler's Activate)."""
+        for key in keys:
+            queued = self._pods.get(key)
+            if queued is not None and queued.where in (Where.UNSCHEDULABLE, Where.BACKOFF):
+                self._to_active_or_gated(queued, FORCE_ACTIVATE.label)
 
-    # -- the scheduling loop -------------------------------------------------
+    # ------------------------------------------------------------------ scheduling loop
 
     def pop(self) -> QueuedPod | None:
-        """The next pod to schedule, or None when activeQ is empty."""
-        while self._active:
-            _, _, entry, key = heapq.heappop(self._active)
-            queued = self._pods.get(key)
-            if queued is None or queued.where is not Where.ACTIVE or queued._entry != entry:
-                continue
-            self._cycle += 1
-            queued.where = Where.IN_FLIGHT
-            queued.attempts += 1
-            queued.popped_at_cycle = self._cycle
-            if queued.initial_attempt_timestamp is None:
-                queued.initial_attempt_timestamp = self._clock.now()
-            return queued
-        return None
+        """The next pod to schedule; None when nothing is ready."""
+        queued = self._active.pop()
+        event = ""
+        if queued is None and self._options.pop_from_backoff_q:
+            queued = self._backoff.pop_normal_head()
+            event = POP_FROM_BACKOFF_Q.label
+        if queued is None:
+            return None
+        if event:
+            self._recorder.incoming(Where.ACTIVE.value, event)
+        self._cycle += 1
+        queued.where = Where.IN_FLIGHT
+        queued.attempts += 1
+        queued.pending_plugins.clear()
+        if queued.initial_attempt_timestamp is None:
+            queued.initial_attempt_timestamp = self._clock.now()
+        if self._options.queueing_hints:
+            self._in_flight.start(queued.key)
+        queued.popped_cycle = self._cycle
+        return queued
+
+    @property
+    def scheduling_cycle(self) -> int:
+        return self._cycle
 
     def done(self, key: PodKey) -> None:
-        """The pod was placed: it leaves the queue for good."""
+        """The pod's attempt is over and it was placed: it leaves the queue for good."""
+        self._in_flight.done(key)
         queued = self._pods.get(key)
         if queued is not None and queued.where is Where.IN_FLIGHT:
             del self._pods[key]
 
-    def add_unschedulable(self, queued: QueuedPod, *, error: bool = False) -> None:
-        """An attempt failed: park the pod (or back it off) until something may help it."""
+    def add_unschedulable(
+        self,
+        queued: QueuedPod,
+        *,
+        unschedulable_plugins: Iterable[str] = (),
+        pending_plugins: Iterable[str] = (),
+    ) -> None:
+        """An attempt failed. No rejecting plugin means an error: back off and retry regardless."""
+        replay = self._in_flight.events_since_popped(queued.key) if self._options.queueing_hints else []
+        popped_cycle = queued.popped_cycle
+        self._in_flight.done(queued.key)
         if self._pods.get(queued.key) is not queued or queued.where is not Where.IN_FLIGHT:
             return  # deleted or replaced while in flight
-        if error:
-            queued.consecutive_errors += 1
-        else:
+        queued.unschedulable_plugins = set(unschedulable_plugins)
+        queued.pending_plugins = set(pending_plugins)
+        if queued.rejectors:
             queued.unschedulable_count += 1
             queued.consecutive_errors = 0
-        queued.timestamp = self._clock.now()
-        if error or self._move_cycle >= queued.popped_at_cycle:
-            self._to_backoff_or_active(queued, "ScheduleAttemptFailure")
         else:
-            queued.where = Where.UNSCHEDULABLE
-            self.incoming.append((Where.UNSCHEDULABLE.value, "ScheduleAttemptFailure"))
+            queued.consecutive_errors += 1
+        queued.timestamp = self._clock.now()
+        queued.flushed = False
+        label = SCHEDULE_ATTEMPT_FAILURE.label
+        if not queued.rejectors:
+            self._requeue(queued, Strategy.AFTER_BACKOFF, label)
+            return
+        if not self._options.queueing_hints:
+            if self._move_request_cycle >= popped_cycle:
+                self._requeue(queued, Strategy.AFTER_BACKOFF, label)
+            else:
+                self._to_pool(queued, label)
+            return
+        strategy = Strategy.SKIP
+        for recorded in replay:
+            strategy = max(strategy, self._strategy(queued, recorded.event, recorded.old, recorded.new, None))
+            if strategy is Strategy.IMMEDIATELY:
+                break
+        if strategy is Strategy.SKIP:
+            self._to_pool(queued, label)
+        else:
+            self._requeue(queued, strategy, label)
 
-    # -- timed work ----------------------------------------------------------
+    # ------------------------------------------------------------------ cluster events
+
+    def move_all(
+        self,
+        event: ClusterEvent,
+        old: Any = None,
+        new: Any = None,
+        *,
+        pre_check: Callable[[QueuedPod], bool] | None = None,
+    ) -> int:
+        """A cluster event: requeue the pods it may help. Returns how many moved."""
+        interest = self._interest(event)
+        if not interest.by_plugin and not event.is_wildcard:
+            return 0  # no plugin of any profile cares: not even worth recording
+        self._move_request_cycle = self._cycle
+        if self._options.queueing_hints:
+            self._in_flight.record(event, old, new)
+        narrowed = self._pre_queueing_hints(interest, old, new) if not event.is_wildcard else None
+        if narrowed is not None and narrowed.complete:
+            candidates = [self._pods[k] for k in narrowed.union if k in self._pods]
+            candidates = [q for q in candidates if q.where is Where.UNSCHEDULABLE]
+        else:
+            candidates = list(self._pool)
+        moved = 0
+        for queued in candidates:
+            if pre_check is not None and not pre_check(queued):
+                continue
+            strategy = self._strategy(queued, event, old, new, narrowed)
+            if strategy is not Strategy.SKIP:
+                self._requeue(queued, strategy, event.label)
+                moved += 1
+        return moved
+
+    # ------------------------------------------------------------------ timed work
 
     def flush(self) -> None:
-        """Move pods whose backoff completed, and pods unschedulable for too long."""
+        """Move pods whose backoff is over; every 30 s, pods stuck in the pool for too long."""
         now = self._clock.now()
-        while self._backoff and self._backoff[0][0] <= now:
-            _, entry, key = heapq.heappop(self._backoff)
-            queued = self._pods.get(key)
-            if queued is not None and queued.where is Where.BACKOFF and queued._entry == entry:
-                self._to_active(queued, "BackoffComplete")
-        if now - self._last_unschedulable_flush >= UNSCHEDULABLE_FLUSH_INTERVAL:
-            self._last_unschedulable_flush = now
-            for queued in list(self._pods.values()):
-                if queued.where is Where.UNSCHEDULABLE and now - queued.timestamp > self._max_unschedulable:
-                    self._to_backoff_or_active(queued, "UnschedulableTimeout")
+        for queued in self._backoff.pop_expired(now):
+            self._to_active_or_gated(queued, BACKOFF_COMPLETE.label)
+        if now - self._last_pool_flush >= UNSCHEDULABLE_FLUSH_INTERVAL:
+            self._last_pool_flush = now
+            for queued in list(self._pool):
+                if now - queued.pool_since > self._options.max_in_unschedulable:
+                    queued.flushed = True
+                    queued.pool_since = now  # a pod still gated is re-checked only 5 min later
+                    self._requeue(queued, Strategy.AFTER_BACKOFF, UNSCHEDULABLE_TIMEOUT.label)
 
-    def next_wakeup(self) -> float | None:
+    def next_wakeup(self) -> float:
         """When ``flush()`` next has work to do, on the clock's scale."""
-        candidates = [self._last_unschedulable_flush + UNSCHEDULABLE_FLUSH_INTERVAL]
-        while self._backoff:
-            expiry, entry, key = self._backoff[0]
-            queued = self._pods.get(key)
-            if queued is not None and queued.where is Where.BACKOFF and queued._entry == entry:
-                candidates.append(expiry)
-                break
-            heapq.heappop(self._backoff)
-        return min(candidates)
+        wakeup = self._last_pool_flush + UNSCHEDULABLE_FLUSH_INTERVAL
+        expiry = self._backoff.next_expiry()
+        return wakeup if expiry is None else min(wakeup, expiry)
 
-    # -- reading -------------------------------------------------------------
-
-    def pending(self) -> dict[str, int]:
-        counts = {w.value: 0 for w in (Where.ACTIVE, Where.BACKOFF, Where.UNSCHEDULABLE)}
-        for queued in self._pods.values():
-            if queued.where is not Where.IN_FLIGHT:
-                counts[queued.where.value] += 1
-        return counts
+    # ------------------------------------------------------------------ reading
 
     def get(self, key: PodKey) -> QueuedPod | None:
         return self._pods.get(key)
@@ -213,26 +359,216 @@ class SchedulingQueue:
     def __len__(self) -> int:
         return len(self._pods)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
+    def pending(self) -> dict[str, int]:
+        """Pods per queue, as ``scheduler_pending_pods`` reports them."""
+        gated = self._pool.gated_count
+        return {
+            "active": len(self._active),
+            "backoff": len(self._backoff),
+            "unschedulable": len(self._pool) - gated,
+            "gated": gated,
+        }
+
+    def unschedulable_by_plugin(self) -> Counter[tuple[str, str]]:
+        """(plugin, profile) -> pods in the pool that plugin rejected."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for queued in self._pool:
+            for plugin in queued.rejectors:
+                counts[(plugin, queued.pod.scheduler_name)] += 1
+        return counts
+
+    def in_flight_event_counts(self) -> Counter[str]:
+        return self._in_flight.event_counts()
+
+    def pods(self) -> list[QueuedPod]:
+        return list(self._pods.values())
+
     def backoff_duration(self, queued: QueuedPod) -> float:
         count = queued.consecutive_errors or queued.unschedulable_count
-        if count == 0 or self._max_backoff == 0:
+        if count <= 0 or self._options.max_backoff <= 0:
             return 0.0
-        return float(min(self._initial_backoff * 2 ** (count - 1), self._max_backoff))
+        return float(min(self._options.initial_backoff * 2 ** (count - 1), self._options.max_backoff))
 
-    # -- transitions (the only places ``where`` changes) ---------------------
+    def is_backing_off(self, queued: QueuedPod) -> bool:
+        return queued.timestamp + self.backoff_duration(queued) > self._clock.now()
 
-    def _to_active(self, queued: QueuedPod, event: str) -> None:
-        queued.where = Where.ACTIVE
-        queued._entry = next(self._counter)
-        heapq.heappush(self._active, (-queued.pod.priority, queued.timestamp, queued._entry, queued.key))
-        self.incoming.append((Where.ACTIVE.value, event))
+    def queueing_events_for(self, queued: QueuedPod) -> list[str]:
+        """Labels of the events that could requeue this pod (for `usher explain`)."""
+        profile = self._profiles.get(queued.pod.scheduler_name)
+        if profile is None:
+            return []
+        rejectors = {queued.gating_plugin} if queued.gated else queued.rejectors
+        labels = {reg.event.label for plugin in rejectors for reg in profile.queueing_hints.get(plugin, ())}
+        return sorted(labels)
 
-    def _to_backoff_or_active(self, queued: QueuedPod, event: str) -> None:
-        expiry = queued.timestamp + self.backoff_duration(queued)
-        if expiry <= self._clock.now():
-            self._to_active(queued, event)
+    # ------------------------------------------------------------------ decisions (pure)
+
+    def _event_of_interest(self, event: ClusterEvent) -> bool:
+        return bool(self._interest(event).by_plugin)
+
+    def _interest(self, event: ClusterEvent) -> _Interest:
+        cached = self._interest_cache.get(event)
+        if cached is not None:
+            return cached
+        interest = _Interest()
+        for profile in self._profiles.values():
+            for plugin, registrations in profile.queueing_hints.items():
+                for reg in registrations:
+                    if reg.event.matches(event):
+                        interest.by_plugin.setdefault(plugin, []).append(reg)
+        self._interest_cache[event] = interest
+        return interest
+
+    def _pre_queueing_hints(self, interest: _Interest, old: Any, new: Any) -> _Narrowed | None:
+        """Ask each interested plugin's PreQueueingHint once. None: every pod must be checked."""
+        if not self._options.pre_queueing_hints:
+            return None
+        narrowed = _Narrowed()
+        for plugin, registrations in interest.by_plugin.items():
+            pods: set[PodKey] = set()
+            all_pods = False
+            for reg in registrations:
+                if reg.pre_hint is None:
+                    all_pods = True
+                    break
+                try:
+                    result = reg.pre_hint(old, new)
+                except Exception:
+                    result = PreQueueingHintResult(all_pods=True)
+                if result.all_pods:
+                    all_pods = True
+                    break
+                pods.update(result.pods)
+            if any(reg.pre_hint is not None for reg in registrations):
+                self._recorder.pre_hint_evaluated(plugin, "all_pods" if all_pods else "narrowed")
+            if all_pods:
+                narrowed.complete = False
+            else:
+                narrowed.by_plugin[plugin] = frozenset(pods)
+                narrowed.union.update(pods)
+        return narrowed
+
+    def _strategy(
+        self, queued: QueuedPod, event: ClusterEvent, old: Any, new: Any, narrowed: _Narrowed | None
+    ) -> Strategy:
+        """Could ``event`` make ``queued`` schedulable, according to the plugins that rejected it?"""
+        rejectors = {queued.gating_plugin} if queued.gated else queued.rejectors
+        if not rejectors:
+            return Strategy.AFTER_BACKOFF
+        if event.is_wildcard:
+            return Strategy.AFTER_BACKOFF
+        if event.resource is Resource.UNSCHEDULED_POD and not _concerns(event, queued, new, old):
+            return Strategy.SKIP  # an update of another unscheduled pod never helps this one
+        profile = self._profiles.get(queued.pod.scheduler_name)
+        if profile is None:
+            return Strategy.AFTER_BACKOFF
+        strategy = Strategy.SKIP
+        for plugin in sorted(rejectors):
+            for reg in profile.queueing_hints.get(plugin, ()):
+                if not reg.event.matches(event):
+                    continue
+                if (
+                    narrowed is not None
+                    and plugin in narrowed.by_plugin
+                    and queued.key not in narrowed.by_plugin[plugin]
+                ):
+                    continue
+                hint = self._run_hint(plugin, reg, queued, event, old, new)
+                if hint is QueueingHint.QUEUE_SKIP:
+                    continue
+                if plugin in queued.pending_plugins:
+                    return Strategy.IMMEDIATELY
+                strategy = Strategy.AFTER_BACKOFF
+        return strategy
+
+    def _run_hint(
+        self, plugin: str, reg: ClusterEventWithHint, queued: QueuedPod, event: ClusterEvent, old: Any, new: Any
+    ) -> QueueingHint:
+        if not self._options.queueing_hints or reg.hint is None:
+            return QueueingHint.QUEUE
+        started = self._timer()
+        try:
+            hint = reg.hint(queued.pod, old, new)
+        except Exception:
+            hint, label = QueueingHint.QUEUE, "Error"
+        else:
+            label = "Queue" if hint is QueueingHint.QUEUE else "QueueSkip"
+        self._recorder.hint_evaluated(plugin, event.label, label, self._timer() - started)
+        return hint
+
+    # ------------------------------------------------------------------ transitions
+
+    def _next_entry(self) -> int:
+        self._entries += 1
+        return self._entries
+
+    def _leave(self, queued: QueuedPod) -> None:
+        """Take the pod out of whichever sub-queue holds it; it is then nowhere."""
+        if queued.where is Where.ACTIVE:
+            self._active.discard(queued)
+        elif queued.where is Where.BACKOFF:
+            self._backoff.discard(queued)
+        elif queued.where is Where.UNSCHEDULABLE:
+            self._pool.remove(queued)
+        queued.where = Where.NOWHERE
+
+    def _requeue(self, queued: QueuedPod, strategy: Strategy, label: str) -> None:
+        if strategy is Strategy.AFTER_BACKOFF and self.is_backing_off(queued):
+            self._leave(queued)
+            queued.backoff_expiry = queued.timestamp + self.backoff_duration(queued)
+            queued.last_event = label
+            self._backoff.push(queued, self._next_entry(), error=not queued.rejectors)
+            self._recorder.incoming(Where.BACKOFF.value, label)
             return
-        queued.where = Where.BACKOFF
-        queued._entry = next(self._counter)
-        heapq.heappush(self._backoff, (expiry, queued._entry, queued.key))
-        self.incoming.append((Where.BACKOFF.value, event))
+        self._to_active_or_gated(queued, label)
+
+    def _to_active_or_gated(self, queued: QueuedPod, label: str) -> None:
+        """Every way into activeQ passes PreEnqueue; a rejection parks the pod as gated."""
+        profile = self._profiles.get(queued.pod.scheduler_name)
+        status = profile.run_pre_enqueue(queued.pod) if profile is not None else Status()
+        queued.last_event = label
+        if status.code is not Code.SUCCESS:
+            gate = status.plugin or "PreEnqueue"
+            unchanged = queued.where is Where.UNSCHEDULABLE and queued.gating_plugin == gate
+            queued.gating_message = status.message
+            if not unchanged:
+                self._leave(queued)
+                queued.gating_plugin = gate
+                self._to_pool(queued, label)
+            return
+        self._leave(queued)
+        queued.gating_plugin = ""
+        queued.gating_message = ""
+        self._push_active(queued)
+        self._recorder.incoming(Where.ACTIVE.value, label)
+
+    def _push_active(self, queued: QueuedPod) -> None:
+        self._active.push(queued, self._next_entry())
+
+    def _to_pool(self, queued: QueuedPod, label: str) -> None:
+        self._leave(queued)
+        queued.pool_since = self._clock.now()
+        queued.last_event = label
+        self._pool.add(queued)
+        self._recorder.incoming("gated" if queued.gated else Where.UNSCHEDULABLE.value, label)
+
+
+@dataclass(slots=True)
+class _Narrowed:
+    """Per-plugin pod sets from PreQueueingHints; ``complete`` when every interested plugin narrowed."""
+
+    by_plugin: dict[str, frozenset[PodKey]] = field(default_factory=dict)
+    union: set[PodKey] = field(default_factory=set)
+    complete: bool = True
+
+
+def _concerns(event: ClusterEvent, queued: QueuedPod, new: Any, old: Any) -> bool:
+    """Is this unscheduled-pod event about ``queued`` itself?"""
+    obj = new if new is not None else old
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return True
+    return bool(meta.get("uid") == queued.pod.uid)

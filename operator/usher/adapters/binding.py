@@ -1,0 +1,49 @@
+"""The Binder port over the dispatcher: DefaultBinder's pods/binding call, awaited by the binding cycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+from usher.adapters.dispatching import ApiCall, Dispatcher
+from usher.adapters.kubeapi import ApiResult
+from usher.adapters.reporting import binding_call_body, binding_path
+from usher.core.types import NodeName, PodInfo, Status, error
+
+ALREADY_BOUND = "pod is already bound"
+POD_GONE = "pod no longer exists"
+
+
+def binding_status(result: ApiResult) -> Status:
+    """What a pods/binding answer means for the binding cycle."""
+    if result.ok:
+        return Status()
+    if result.status == 409:
+        # "pod X is already assigned to node Y" (or a UID precondition: a recreated pod).
+        return error(ALREADY_BOUND) if "already" in result.message else error(POD_GONE)
+    if result.status == 404:
+        return error(POD_GONE)
+    return error(f"binding rejected: {result.message}")
+
+
+class DispatcherBinder:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    async def bind(self, pod: PodInfo, node: NodeName) -> Status:
+        done: asyncio.Future[ApiResult] = asyncio.get_running_loop().create_future()
+
+        def finished(result: ApiResult) -> None:
+            if not done.done():
+                done.set_result(result)
+
+        self._dispatcher.add(
+            ApiCall(
+                call_type="pod_binding",
+                object_key=pod.key,
+                method="POST",
+                path=binding_path(pod.namespace, pod.name),
+                body=binding_call_body(pod.namespace, pod.name, pod.uid, node),
+                on_done=finished,
+            )
+        )
+        return binding_status(await done)

@@ -1,0 +1,1 @@
+"""The scheduling framework: plugin protocols, cycle state, registry, runtime and profiles. Pure."""

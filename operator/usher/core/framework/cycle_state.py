@@ -1,0 +1,22 @@
+"""CycleState: per-attempt scratch space plugins share (PreFilter computes, Filter reads). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CycleState:
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self.skip_filter_plugins: set[str] = set()
+        self.skip_score_plugins: set[str] = set()
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def read(self, key: str) -> Any:
+        """The value a plugin wrote earlier in this cycle; KeyError if none did."""
+        return self._data[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)

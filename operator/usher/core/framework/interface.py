@@ -1,0 +1,201 @@
+"""Plugin protocols for every extension point, as in kube-scheduler's scheduling framework.
+
+Pure. A plugin is an object with a ``name`` that implements any subset of
+these protocols; the runtime finds out which by ``isinstance`` checks
+(the protocols are runtime-checkable). QueueingHint and PreQueueingHint
+functions must be pure and fast: they run on every matching cluster event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from usher.core.events import ClusterEvent
+from usher.core.types import NodeName, PodInfo, PodKey, QueueingHint, Status
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+    from usher.core.queue.queuedpod import QueuedPod
+
+QueueingHintFn = Callable[[PodInfo, Any, Any], QueueingHint]
+"""``(pod, old, new) -> Queue | QueueSkip``: may this event make ``pod`` schedulable?
+``old`` is None for an Add, ``new`` is None for a Delete. An exception counts as Queue."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreQueueingHintResult:
+    """Which unschedulable pods a cluster event can concern at all (KEP-6132)."""
+
+    all_pods: bool = True
+    pods: frozenset[PodKey] = frozenset()
+
+
+ALL_PODS = PreQueueingHintResult()
+
+
+def only(*keys: PodKey) -> PreQueueingHintResult:
+    return PreQueueingHintResult(all_pods=False, pods=frozenset(keys))
+
+
+PreQueueingHintFn = Callable[[Any, Any], PreQueueingHintResult]
+"""``(old, new) -> all pods | these pods``; called once per event before the per-pod hints."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEventWithHint:
+    event: ClusterEvent
+    hint: QueueingHintFn | None = None
+    pre_hint: PreQueueingHintFn | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """A PreFilter may narrow the nodes worth filtering (None = all)."""
+
+    node_names: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class NodeScore:
+    name: NodeName
+    score: int = 0
+    by_plugin: dict[str, int] = field(default_factory=dict)
+
+
+MAX_NODE_SCORE = 100
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """May this pod enter the active queue at all? A rejection parks it as gated."""
+        ...
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    def sort_key(self, queued: QueuedPod) -> tuple[Any, ...]:
+        """Pods with smaller keys pop first (kube-scheduler's ``Less`` as a key)."""
+        ...
+
+
+@runtime_checkable
+class EnqueueExtensions(Plugin, Protocol):
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        """Cluster events that may make a pod this plugin rejected schedulable."""
+        ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status]: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]: ...
+
+
+@runtime_checkable
+class ScoreNormalizer(Plugin, Protocol):
+    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        """Rescale this plugin's raw scores to 0..MAX_NODE_SCORE in place."""
+        ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, pod: PodInfo, node: NodeName) -> tuple[Status, float]:
+        """Success, a rejection, or Wait with a timeout in seconds."""
+        ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    async def bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        """Bind, or return a Skip status to let the next bind plugin do it."""
+        ...
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    def post_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> None: ...
+
+
+class Binder(Protocol):
+    """The port through which bind plugins reach the API server (implemented by the adapters)."""
+
+    async def bind(self, pod: PodInfo, node: NodeName) -> Status: ...
+
+
+class WaitingPods(Protocol):
+    """Pods held at Permit: a plugin that answered Wait lets them go (or rejects them) later."""
+
+    def allow(self, key: PodKey, plugin: str) -> None: ...
+
+    def reject(self, key: PodKey, plugin: str, message: str) -> None: ...
+
+
+class Handle(Protocol):
+    """What the framework gives plugin factories."""
+
+    @property
+    def binder(self) -> Binder: ...
+
+    @property
+    def waiting_pods(self) -> WaitingPods: ...
+
+
+EXTENSION_POINTS: dict[str, Any] = {
+    "preEnqueue": PreEnqueuePlugin,
+    "queueSort": QueueSortPlugin,
+    "preFilter": PreFilterPlugin,
+    "filter": FilterPlugin,
+    "postFilter": PostFilterPlugin,
+    "preScore": PreScorePlugin,
+    "score": ScorePlugin,
+    "reserve": ReservePlugin,
+    "permit": PermitPlugin,
+    "preBind": PreBindPlugin,
+    "bind": BindPlugin,
+    "postBind": PostBindPlugin,
+}
+"""Extension point names as KubeSchedulerConfiguration spells them -> protocol."""

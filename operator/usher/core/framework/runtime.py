@@ -1,0 +1,326 @@
+"""Framework: one profile's plugins, run extension point by extension point. Pure.
+
+Runs plugins in their configured order and stops at the first rejection
+where kube-scheduler does (PreEnqueue, PreFilter, Filter, Reserve, Permit,
+PreBind); scores are normalised per plugin, multiplied by the plugin's
+weight and summed. Timing goes to a ``FrameworkRecorder`` (the metrics
+adapter), never from plugins themselves; per-plugin timings are sampled on a
+share of cycles to keep their cost bounded, as kube-scheduler does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.interface import (
+    MAX_NODE_SCORE,
+    BindPlugin,
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    FilterPlugin,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreNormalizer,
+    ScorePlugin,
+)
+from usher.core.types import Code, NodeName, PodInfo, Status, error
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+
+RECORD_PLUGIN_METRICS = "usher.io/record-plugin-metrics"
+
+T = TypeVar("T")
+
+
+class FrameworkRecorder(Protocol):
+    def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None: ...
+
+    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None: ...
+
+
+class _Silent:
+    def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None:
+        pass
+
+    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None:
+        pass
+
+
+def status_label(status: Status) -> str:
+    """Status codes as kube-scheduler's metrics spell them."""
+    return _STATUS_LABELS[status.code]
+
+
+_STATUS_LABELS = {
+    Code.SUCCESS: "Success",
+    Code.ERROR: "Error",
+    Code.UNSCHEDULABLE: "Unschedulable",
+    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
+    Code.WAIT: "Wait",
+    Code.SKIP: "Skip",
+    Code.PENDING: "Pending",
+}
+
+
+@dataclass(slots=True)
+class PluginSet:
+    """The enabled plugins of one profile, per extension point, in order (and score weights)."""
+
+    pre_enqueue: list[PreEnqueuePlugin] = field(default_factory=list)
+    queue_sort: QueueSortPlugin | None = None
+    pre_filter: list[PreFilterPlugin] = field(default_factory=list)
+    filter: list[FilterPlugin] = field(default_factory=list)
+    post_filter: list[PostFilterPlugin] = field(default_factory=list)
+    pre_score: list[PreScorePlugin] = field(default_factory=list)
+    score: list[tuple[ScorePlugin, int]] = field(default_factory=list)
+    reserve: list[ReservePlugin] = field(default_factory=list)
+    permit: list[PermitPlugin] = field(default_factory=list)
+    pre_bind: list[PreBindPlugin] = field(default_factory=list)
+    bind: list[BindPlugin] = field(default_factory=list)
+    post_bind: list[PostBindPlugin] = field(default_factory=list)
+    all: list[Plugin] = field(default_factory=list)
+    """Every enabled plugin (each once), for EnqueueExtensions."""
+
+
+@dataclass(slots=True)
+class PermitOutcome:
+    status: Status
+    timeout: float = 0.0
+    waiting: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class PreFilterOutcome:
+    status: Status
+    result: PreFilterResult | None = None
+    rejectors: set[str] = field(default_factory=set)
+
+
+class Framework:
+    def __init__(
+        self,
+        scheduler_name: str,
+        plugins: PluginSet,
+        *,
+        percentage_of_nodes_to_score: int | None = None,
+        recorder: FrameworkRecorder | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.scheduler_name = scheduler_name
+        self.plugins = plugins
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self._recorder: FrameworkRecorder = recorder or _Silent()
+        self._timer = timer
+        self._hints: dict[str, list[ClusterEventWithHint]] = {}
+        for plugin in plugins.all:
+            if isinstance(plugin, EnqueueExtensions):
+                self._hints[plugin.name] = list(plugin.events_to_register())
+
+    @property
+    def queueing_hints(self) -> Mapping[str, Sequence[ClusterEventWithHint]]:
+        """Plugin name -> the cluster events (and hints) that may undo its rejections."""
+        return self._hints
+
+    def plugin_names(self) -> list[str]:
+        return [p.name for p in self.plugins.all]
+
+    # ------------------------------------------------------------------ queueing
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status:
+        started = self._timer()
+        result = Status()
+        for plugin in self.plugins.pre_enqueue:
+            status = self._call(plugin.name, "PreEnqueue", True, plugin.pre_enqueue, pod)
+            if not status.ok:
+                result = status.with_plugin(plugin.name)
+                break
+        self._recorder.extension_point("PreEnqueue", status_label(result), self.scheduler_name, self._timer() - started)
+        return result
+
+    # ------------------------------------------------------------------ scheduling cycle
+
+    def run_pre_filter(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> PreFilterOutcome:
+        started = self._timer()
+        outcome = PreFilterOutcome(status=Status())
+        names: frozenset[str] | None = None
+        sample = self._sampled(state)
+        for plugin in self.plugins.pre_filter:
+            result, status = self._call_pair(plugin.name, "PreFilter", sample, plugin.pre_filter, state, pod, nodes)
+            if status.code is Code.SKIP:
+                state.skip_filter_plugins.add(plugin.name)
+                continue
+            if not status.ok:
+                outcome.status = status.with_plugin(plugin.name)
+                if status.is_rejection:
+                    outcome.rejectors.add(plugin.name)
+                break
+            if result is not None and result.node_names is not None:
+                names = result.node_names if names is None else names & result.node_names
+                outcome.rejectors.add(plugin.name)
+        outcome.result = PreFilterResult(node_names=names)
+        self._recorder.extension_point(
+            "PreFilter", status_label(outcome.status), self.scheduler_name, self._timer() - started
+        )
+        return outcome
+
+    def run_filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """The first plugin that rejects ``node`` (an ok Status when every plugin accepts it)."""
+        sample = self._sampled(state)
+        for plugin in self.plugins.filter:
+            if plugin.name in state.skip_filter_plugins:
+                continue
+            status = self._call(plugin.name, "Filter", sample, plugin.filter, state, pod, node)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status:
+        started = self._timer()
+        result = Status(Code.UNSCHEDULABLE)
+        for plugin in self.plugins.post_filter:
+            status = self._call(plugin.name, "PostFilter", True, plugin.post_filter, state, pod, statuses)
+            if status.ok or status.code is Code.ERROR:
+                result = status.with_plugin(plugin.name)
+                break
+        self._recorder.extension_point("PostFilter", status_label(result), self.scheduler_name, self._timer() - started)
+        return result
+
+    def run_score(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[dict[NodeName, int], Status]:
+        """Weighted, normalised total score per node."""
+        started = self._timer()
+        sample = self._sampled(state)
+        totals: dict[NodeName, int] = {node.name: 0 for node in nodes}
+        status = Status()
+        for pre_score in self.plugins.pre_score:
+            status = self._call(pre_score.name, "PreScore", sample, pre_score.pre_score, state, pod, nodes)
+            if status.code is Code.SKIP:
+                state.skip_score_plugins.add(pre_score.name)
+                status = Status()
+            elif not status.ok:
+                status = status.with_plugin(pre_score.name)
+                break
+        if status.ok:
+            for plugin, weight in self.plugins.score:
+                if plugin.name in state.skip_score_plugins:
+                    continue
+                scores: dict[NodeName, int] = {}
+                for node in nodes:
+                    value, node_status = self._call_pair(plugin.name, "Score", sample, plugin.score, state, pod, node)
+                    if not node_status.ok:
+                        status = node_status.with_plugin(plugin.name)
+                        break
+                    scores[node.name] = int(value or 0)
+                if not status.ok:
+                    break
+                if isinstance(plugin, ScoreNormalizer):
+                    status = plugin.normalize_scores(state, pod, scores)
+                    if not status.ok:
+                        status = status.with_plugin(plugin.name)
+                        break
+                for name, value in scores.items():
+                    if not 0 <= value <= MAX_NODE_SCORE:
+                        status = error(f"plugin {plugin.name} scored node {name} {value}, outside 0-{MAX_NODE_SCORE}")
+                        break
+                    totals[name] += value * weight
+                if not status.ok:
+                    break
+        self._recorder.extension_point("Score", status_label(status), self.scheduler_name, self._timer() - started)
+        return totals, status
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        for plugin in self.plugins.reserve:
+            status = self._call(plugin.name, "Reserve", True, plugin.reserve, state, pod, node)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
+        """Undo every Reserve, in reverse order; never fails."""
+        for plugin in reversed(self.plugins.reserve):
+            plugin.unreserve(state, pod, node)
+
+    def run_permit(self, state: CycleState, pod: PodInfo, node: NodeName) -> PermitOutcome:
+        """Success, a rejection, or Wait (for the listed plugins) with the shortest timeout asked for."""
+        outcome = PermitOutcome(Status())
+        wait: float | None = None
+        for plugin in self.plugins.permit:
+            status, timeout = plugin.permit(state, pod, node)
+            if status.code is Code.WAIT:
+                wait = timeout if wait is None else min(wait, timeout)
+                outcome.waiting.add(plugin.name)
+            elif not status.ok:
+                return PermitOutcome(status.with_plugin(plugin.name))
+        if wait is not None:
+            outcome.status = Status(Code.WAIT)
+            outcome.timeout = wait
+        return outcome
+
+    # ------------------------------------------------------------------ binding cycle (async: API calls)
+
+    async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        for plugin in self.plugins.pre_bind:
+            status = await plugin.pre_bind(state, pod, node)
+            if not status.ok:
+                return status.with_plugin(plugin.name)
+        return Status()
+
+    async def run_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        for plugin in self.plugins.bind:
+            status = await plugin.bind(state, pod, node)
+            if status.code is Code.SKIP:
+                continue
+            return status.with_plugin(plugin.name)
+        return error("no bind plugin bound the pod")
+
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
+        for plugin in self.plugins.post_bind:
+            plugin.post_bind(state, pod, node)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _sampled(state: CycleState) -> bool:
+        return bool(state.get(RECORD_PLUGIN_METRICS, False))
+
+    def _call(self, plugin: str, point: str, record: bool, call: Callable[..., Status], *args: Any) -> Status:
+        if not record:
+            return _guarded(call, *args)
+        started = self._timer()
+        status = _guarded(call, *args)
+        self._recorder.plugin(plugin, point, status_label(status), self._timer() - started)
+        return status
+
+    def _call_pair(
+        self, plugin: str, point: str, record: bool, call: Callable[..., tuple[T, Status]], *args: Any
+    ) -> tuple[T | None, Status]:
+        started = self._timer() if record else 0.0
+        try:
+            value, status = call(*args)
+        except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+            value, status = None, error(f"{type(exc).__name__}: {exc}")
+        if record:
+            self._recorder.plugin(plugin, point, status_label(status), self._timer() - started)
+        return value, status
+
+
+def _guarded(call: Callable[..., Status], *args: Any) -> Status:
+    try:
+        return call(*args)
+    except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+        return error(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,1 @@
+"""In-tree plugins, one directory each. Pure."""

@@ -1,0 +1,69 @@
+"""NodeUnschedulable: a cordoned node (``spec.unschedulable``) takes only pods that tolerate it. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.interface import ClusterEventWithHint, FilterPlugin, Handle
+from usher.core.plugins.names import NODE_UNSCHEDULABLE
+from usher.core.plugins.registry import reject_unknown_args
+from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = NODE_UNSCHEDULABLE
+REASON = "node(s) were unschedulable"
+TAINT_KEY = "node.kubernetes.io/unschedulable"
+
+
+def tolerates_unschedulable(pod: PodInfo) -> bool:
+    for toleration in (pod.raw.get("spec") or {}).get("tolerations") or []:
+        key = toleration.get("key")
+        effect = toleration.get("effect")
+        if effect not in (None, "", "NoSchedule"):
+            continue
+        if key == TAINT_KEY or (not key and toleration.get("operator") == "Exists"):
+            return True
+    return False
+
+
+class NodeUnschedulable:
+    name = NAME
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        if node.unschedulable and not tolerates_unschedulable(pod):
+            return unschedulable(REASON, resolvable=False)
+        return SUCCESS
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT), hint=node_schedulable
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.POD, ActionType.UPDATE_POD_TOLERATION), hint=own_toleration_added
+            ),
+        ]
+
+
+def node_schedulable(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    unschedulable_now = bool(((new or {}).get("spec") or {}).get("unschedulable"))
+    return QueueingHint.QUEUE if not unschedulable_now or tolerates_unschedulable(pod) else QueueingHint.QUEUE_SKIP
+
+
+def own_toleration_added(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    if ((new or {}).get("metadata") or {}).get("uid") != pod.uid:
+        return QueueingHint.QUEUE_SKIP
+    return QueueingHint.QUEUE if tolerates_unschedulable(PodInfo.from_api(new)) else QueueingHint.QUEUE_SKIP
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeUnschedulable:
+    reject_unknown_args(args, set())
+    return NodeUnschedulable()
+
+
+_check: type[FilterPlugin] = NodeUnschedulable

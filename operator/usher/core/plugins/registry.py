@@ -1,0 +1,54 @@
+"""The plugin registry: name -> factory. Duplicate names fail loudly. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from usher.core.framework.interface import Handle, Plugin
+
+PluginFactory = Callable[[Mapping[str, Any], Handle], Plugin]
+
+
+class PluginArgsError(ValueError):
+    """Invalid pluginConfig args; ``field`` is the path inside ``args`` (``scoringStrategy.type``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._factories: dict[str, PluginFactory] = {}
+
+    def register(self, name: str, factory: PluginFactory) -> None:
+        if name in self._factories:
+            raise ValueError(f"a plugin named {name!r} is already registered")
+        self._factories[name] = factory
+
+    def factory(self, name: str) -> PluginFactory:
+        return self._factories[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factories)
+
+
+def in_tree_registry() -> Registry:
+    """Every plugin usher ships, registered literally (no import-time side effects)."""
+    from usher.core.plugins import defaultbinder, noderesources, nodeunschedulable, queuesort, schedulinggates
+
+    registry = Registry()
+    for module in (queuesort, schedulinggates, nodeunschedulable, noderesources, defaultbinder):
+        registry.register(module.NAME, module.new)
+    return registry
+
+
+def reject_unknown_args(args: Mapping[str, Any], known: set[str]) -> None:
+    for key in args:
+        if key not in known:
+            raise PluginArgsError(key, f"unknown field (known: {', '.join(sorted(known)) or 'none'})")

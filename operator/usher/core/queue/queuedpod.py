@@ -1,0 +1,60 @@
+"""QueuedPod: a pod's scheduling history while it waits. Pure.
+
+Only the queue (queueing.py) changes ``where`` and the counters; plugins
+and the cycle read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from usher.core.types import PodInfo, PodKey
+
+
+class Where(Enum):
+    ACTIVE = "active"
+    BACKOFF = "backoff"
+    UNSCHEDULABLE = "unschedulable"  # includes gated pods (see QueuedPod.gated)
+    IN_FLIGHT = "in_flight"
+    NOWHERE = "nowhere"  # new, gone, or between two sub-queues inside one transition
+
+
+@dataclass(slots=True, eq=False)
+class QueuedPod:
+    pod: PodInfo
+    timestamp: float
+    """Queue timestamp: set on add, reset each time the pod comes back after a failed attempt."""
+    initial_attempt_timestamp: float | None = None
+    attempts: int = 0
+    unschedulable_count: int = 0
+    consecutive_errors: int = 0
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    gating_plugin: str = ""
+    """The PreEnqueue plugin that holds the pod back; empty when not gated."""
+    gating_message: str = ""
+    flushed: bool = False
+    """Moved by the 5-minute flush rather than by an event (scheduler_pod_scheduled_after_flush_total)."""
+    pool_since: float = 0.0
+    """When the pod entered (or was last flushed within) the unschedulable pool: drives the flush."""
+    where: Where = Where.NOWHERE
+    last_event: str = ""
+    """Label of the event that last moved the pod (for `usher explain`)."""
+    backoff_expiry: float = 0.0
+    entry: int = 0
+    """Heap entry id: stale heap entries (moved or deleted pods) are skipped by comparing it."""
+    popped_cycle: int = 0
+    """The scheduling cycle of the last pop (moveRequestCycle when hints are off)."""
+
+    @property
+    def key(self) -> PodKey:
+        return self.pod.key
+
+    @property
+    def gated(self) -> bool:
+        return bool(self.gating_plugin)
+
+    @property
+    def rejectors(self) -> set[str]:
+        return self.unschedulable_plugins | self.pending_plugins

@@ -1,0 +1,68 @@
+"""Test doubles for the framework's ports, and builders of frameworks and queues.
+
+The binder and waiting-pods ports are the only fakes: everything else
+(plugins, config, queue) is the real thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from usher.config import build_framework, default_config, parse_config
+from usher.core.clock import FakeClock
+from usher.core.framework.runtime import Framework
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.queue import QueueOptions, SchedulingQueue
+from usher.core.types import NodeName, PodInfo, PodKey, Status
+
+
+@dataclass
+class RecordingBinder:
+    bound: list[tuple[str, str]] = field(default_factory=list)
+
+    async def bind(self, pod: PodInfo, node: NodeName) -> Status:
+        self.bound.append((pod.key, node))
+        return Status()
+
+
+@dataclass
+class NoWaiting:
+    def allow(self, key: PodKey, plugin: str) -> None:
+        pass
+
+    def reject(self, key: PodKey, plugin: str, message: str) -> None:
+        pass
+
+
+@dataclass
+class FakeHandle:
+    binder: RecordingBinder = field(default_factory=RecordingBinder)
+    waiting_pods: NoWaiting = field(default_factory=NoWaiting)
+
+
+def framework(config: str | Mapping[str, Any] | None = None, *, name: str = "usher") -> Framework:
+    """The framework of the first profile of a KubeSchedulerConfiguration (YAML or dict), or the default."""
+    registry = in_tree_registry()
+    if config is None:
+        profile = default_config(name).profiles[0]
+    else:
+        data = yaml.safe_load(config) if isinstance(config, str) else config
+        profile = parse_config(data, registry=registry).profiles[0]
+    return build_framework(profile, registry=registry, handle=FakeHandle())
+
+
+def scheduling_queue(clock: FakeClock, *frameworks: Framework, recorder: Any = None, **options: Any) -> SchedulingQueue:
+    fws = frameworks or (framework(),)
+    sort = fws[0].plugins.queue_sort
+    assert sort is not None
+    return SchedulingQueue(
+        clock,
+        profiles={fw.scheduler_name: fw for fw in fws},
+        sort_key=sort.sort_key,
+        options=QueueOptions(**options),
+        recorder=recorder,
+    )

@@ -1,0 +1,157 @@
+"""The in-tree plugins of this stage against kube-scheduler's documented semantics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.builders import make_node, make_pod
+from usher.core.cache import Cache
+from usher.core.framework.cycle_state import CycleState
+from usher.core.plugins.noderesources import NodeResourcesFit, parse_args
+from usher.core.plugins.nodeunschedulable import NodeUnschedulable, node_schedulable
+from usher.core.plugins.registry import PluginArgsError
+from usher.core.plugins.schedulinggates import MESSAGE, SchedulingGates, gates_removed_from_this_pod
+from usher.core.types import Code, PodInfo, QueueingHint
+
+
+def info(pod: dict[str, Any]) -> PodInfo:
+    return PodInfo.from_api(pod)
+
+
+def node_info(node: dict[str, Any], *pods: dict[str, Any]) -> Any:
+    cache = Cache()
+    cache.add_or_update_node(node)
+    for pod in pods:
+        cache.add_or_update_pod(info(pod))
+    return cache.node_infos()[0]
+
+
+# -- SchedulingGates ------------------------------------------------------------
+
+
+def test_scheduling_gates_reject_with_the_api_servers_message() -> None:
+    status = SchedulingGates().pre_enqueue(info(make_pod().gates("a", "b").obj()))
+    assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.message == MESSAGE == "Scheduling is blocked due to non-empty scheduling gates"
+    assert SchedulingGates().pre_enqueue(info(make_pod().obj())).ok
+
+
+@pytest.mark.parametrize(
+    ("new_gates", "same_pod", "hint"),
+    [
+        ([], True, QueueingHint.QUEUE),
+        (["b"], True, QueueingHint.QUEUE_SKIP),
+        ([], False, QueueingHint.QUEUE_SKIP),
+    ],
+    ids=["all gates of this pod removed", "a gate left", "another pod's gates removed"],
+)
+def test_scheduling_gates_hint(new_gates: list[str], same_pod: bool, hint: QueueingHint) -> None:
+    pod = info(make_pod().uid("u1").gates("a", "b").obj())
+    new = make_pod().uid("u1" if same_pod else "u2").gates(*new_gates).obj()
+    assert gates_removed_from_this_pod(pod, None, new) is hint
+
+
+# -- NodeUnschedulable ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toleration", "fits"),
+    [
+        (None, False),
+        ({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"operator": "Exists"}, True),
+        ({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+    ids=["no toleration", "exact toleration", "tolerate everything", "wrong effect", "other key"],
+)
+def test_node_unschedulable_filter(toleration: dict[str, str] | None, fits: bool) -> None:
+    pod = make_pod().obj()
+    if toleration:
+        pod["spec"]["tolerations"] = [toleration]
+    node = node_info(make_node().unschedulable().obj())
+    status = NodeUnschedulable().filter(CycleState(), info(pod), node)
+    assert status.ok is fits
+    if not fits:
+        assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE and status.message == "node(s) were unschedulable"
+
+
+def test_node_unschedulable_hint_queues_on_an_uncordoned_node_only() -> None:
+    pod = info(make_pod().obj())
+    assert node_schedulable(pod, None, make_node().obj()) is QueueingHint.QUEUE
+    assert node_schedulable(pod, None, make_node().unschedulable().obj()) is QueueingHint.QUEUE_SKIP
+
+
+# -- NodeResourcesFit -------------------------------------------------------------
+
+
+def test_fit_counts_existing_pods_init_containers_and_overhead() -> None:
+    fit = NodeResourcesFit(parse_args({}))
+    node = node_info(
+        make_node().name("node").capacity(cpu="2", memory="4Gi", pods=10).obj(),
+        make_pod().node("node").req(cpu="1").obj(),
+    )
+    assert fit.filter(CycleState(), info(make_pod().req(cpu="1").obj()), node).ok
+    init_heavy = make_pod().req(cpu="100m").init_container(cpu="1500m").obj()
+    assert fit.filter(CycleState(), info(init_heavy), node).message == "Insufficient cpu"
+    with_overhead = make_pod().req(cpu="900m").overhead(cpu="200m").obj()
+    assert fit.filter(CycleState(), info(with_overhead), node).message == "Insufficient cpu"
+
+
+def test_fit_reports_every_missing_resource() -> None:
+    fit = NodeResourcesFit(parse_args({}))
+    node = node_info(make_node().capacity(cpu="1", memory="1Gi", pods=0).obj())
+    status = fit.filter(CycleState(), info(make_pod().req(cpu="2", memory="2Gi").obj()), node)
+    assert status.reasons == ("Too many pods", "Insufficient cpu", "Insufficient memory")
+
+
+def test_ignored_resources_and_groups_are_not_checked() -> None:
+    fit = NodeResourcesFit(parse_args({"ignoredResources": ["a.com/x"], "ignoredResourceGroups": ["b.com"]}))
+    node = node_info(make_node().capacity(cpu="1", memory="1Gi", pods=10).obj())
+    pod = make_pod().req(**{"a.com/x": "1", "b.com/y": "1"}).obj()
+    assert fit.filter(CycleState(), info(pod), node).ok
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [("LeastAllocated", 75), ("MostAllocated", 25)],
+)
+def test_scoring_strategies(strategy: str, expected: int) -> None:
+    fit = NodeResourcesFit(parse_args({"scoringStrategy": {"type": strategy}}))
+    node = node_info(make_node().capacity(cpu="4", memory="4Gi", pods=10).obj())
+    score, status = fit.score(CycleState(), info(make_pod().req(cpu="1", memory="1Gi").obj()), node)
+    assert status.ok and score == expected
+
+
+def test_an_empty_pod_scores_as_100m_and_200mi() -> None:
+    fit = NodeResourcesFit(parse_args({}))
+    node = node_info(make_node().capacity(cpu="1", memory="2000Mi", pods=10).obj())
+    score, _ = fit.score(CycleState(), info(make_pod().obj()), node)
+    assert score == (90 + 90) // 2
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"scoringStrategy": {"type": "X"}}, "scoringStrategy.type"),
+        ({"scoringStrategy": {"resources": [{"name": "cpu", "weight": 0}]}}, "scoringStrategy.resources[0].weight"),
+        ({"scoringStrategy": {"resources": [{"weight": 1}]}}, "scoringStrategy.resources[0].name"),
+        ({"ignoredResources": "cpu"}, "ignoredResources"),
+        ({"other": 1}, "other"),
+    ],
+)
+def test_bad_fit_args_name_their_field(args: dict[str, Any], field: str) -> None:
+    with pytest.raises(PluginArgsError) as raised:
+        parse_args(args)
+    assert raised.value.field == field
+
+
+def test_the_fit_hint_queues_only_for_a_node_that_could_hold_the_pod() -> None:
+    fit = NodeResourcesFit(parse_args({}))
+    pod = info(make_pod().req(cpu="3").obj())
+    small = make_node().capacity(cpu="2", memory="4Gi", pods=10).obj()
+    big = make_node().capacity(cpu="4", memory="4Gi", pods=10).obj()
+    assert fit._node_fits(pod, None, small) is QueueingHint.QUEUE_SKIP
+    assert fit._node_fits(pod, None, big) is QueueingHint.QUEUE
