@@ -50,10 +50,14 @@ def usher(control_plane: ControlPlane, test_id: str) -> Iterator[Callable[..., U
     """Start usher processes (scheduler name ``usher-<test>``); any still running is killed at the end."""
     started: list[UsherProcess] = []
 
-    def start(*, scheduler_name: str | None = None, wait_ready: bool = True) -> UsherProcess:
-        name = scheduler_name or f"usher-{test_id}"[:63]
+    def start(
+        *, scheduler_name: str | None = None, wait_ready: bool = True, extra_args: tuple[str, ...] = ()
+    ) -> UsherProcess:
+        name = scheduler_name or f"usher-{test_id}"[:63].rstrip("-")
         log = Path(control_plane.logs_dir) / f"usher-{test_id}-{len(started)}.log"
-        process = UsherProcess(kubeconfig=control_plane.kubeconfig, scheduler_name=name, log_path=log)
+        process = UsherProcess(
+            kubeconfig=control_plane.kubeconfig, scheduler_name=name, log_path=log, extra_args=extra_args
+        )
         started.append(process)
         return process.start(wait_ready=wait_ready)
 

@@ -40,6 +40,7 @@ class UsherProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         env = dict(os.environ, PYTHONPATH=str(REPO / "operator"), PYTHONUNBUFFERED="1")
+        name_args = [] if "--config" in self.extra_args else ["--scheduler-name", self.scheduler_name]
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -48,8 +49,7 @@ class UsherProcess:
                 "run",
                 "--kubeconfig",
                 str(self.kubeconfig),
-                "--scheduler-name",
-                self.scheduler_name,
+                *name_args,
                 "--metrics-bind-address",
                 f"127.0.0.1:{self.port}",
                 *self.extra_args,

@@ -61,7 +61,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.filter] == ["NodeUnschedulable", "NodeResourcesFit"]
     assert [(p.name, w) for p, w in fw.plugins.score] == [("NodeResourcesFit", 1)]
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
-    assert set(fw.queueing_hints) == {"SchedulingGates", "NodeUnschedulable", "NodeResourcesFit"}
+    assert set(fw.queueing_hints) == {"SchedulingGates", "NodeUnschedulable", "NodeResourcesFit", "NoNodesAvailable"}
 
 
 def test_disabling_a_plugin_at_one_extension_point_keeps_it_elsewhere() -> None:

@@ -72,6 +72,7 @@ def test_no_nodes_at_all() -> None:
     result = run(PodInfo.from_api(make_pod().obj()), Cache())
     assert result.node is None
     assert result.message == "0/0 nodes are available."
+    assert result.unschedulable_plugins == {"NoNodesAvailable"}, "parked until a NodeAdd, not retried every 10 s"
 
 
 def test_a_toleration_lets_a_pod_onto_a_cordoned_node() -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from usher.core.cache import NodeInfo
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
+from usher.core.plugins.names import NO_NODES_AVAILABLE
 from usher.core.types import Code, NodeName, PodInfo, Status
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -87,6 +88,10 @@ def schedule(
 ) -> ScheduleResult:
     sampler = sampler or NodeSampler()
     result = ScheduleResult(node=None, node_count=len(nodes))
+    if not nodes:
+        result.status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("0/0 nodes are available.",))
+        result.unschedulable_plugins.add(NO_NODES_AVAILABLE)
+        return result
     pre = framework.run_pre_filter(state, pod, nodes)
     if not pre.status.ok:
         result.status = pre.status

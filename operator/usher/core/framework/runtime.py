@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import (
     MAX_NODE_SCORE,
@@ -36,6 +37,7 @@ from usher.core.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
 )
+from usher.core.plugins.names import NO_NODES_AVAILABLE
 from usher.core.types import Code, NodeName, PodInfo, Status, error
 
 if TYPE_CHECKING:
@@ -125,7 +127,9 @@ class Framework:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self._recorder: FrameworkRecorder = recorder or _Silent()
         self._timer = timer
-        self._hints: dict[str, list[ClusterEventWithHint]] = {}
+        self._hints: dict[str, list[ClusterEventWithHint]] = {
+            NO_NODES_AVAILABLE: [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD))]
+        }
         for plugin in plugins.all:
             if isinstance(plugin, EnqueueExtensions):
                 self._hints[plugin.name] = list(plugin.events_to_register())

@@ -5,3 +5,7 @@ SCHEDULING_GATES = "SchedulingGates"
 NODE_UNSCHEDULABLE = "NodeUnschedulable"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
 DEFAULT_BINDER = "DefaultBinder"
+
+NO_NODES_AVAILABLE = "NoNodesAvailable"
+"""Not a plugin: the rejector recorded when the cluster has no node at all, so the pod waits for a
+NodeAdd instead of retrying every 10 s as kube-scheduler does (its ErrNoNodesAvailable has no rejector)."""
