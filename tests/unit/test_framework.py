@@ -196,3 +196,18 @@ def test_permit_wait_collects_the_waiting_plugins_and_the_shortest_timeout() -> 
     fw = Framework("usher", PluginSet(queue_sort=PrioritySort(), permit=[Waiter("A", 10), Waiter("B", 3)]))  # type: ignore[list-item]
     outcome = fw.run_permit(CycleState(), POD, NodeName("n1"))
     assert (outcome.status.code, outcome.timeout, outcome.waiting) == (Code.WAIT, 3, {"A", "B"})
+
+
+def test_a_bind_plugin_that_raises_fails_the_binding_cycle_cleanly() -> None:
+    @dataclass
+    class Exploding:
+        name: str = "Exploding"
+
+        async def bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+            raise ConnectionResetError("peer went away")
+
+    recorder = Recorder()
+    fw = Framework("usher", PluginSet(queue_sort=PrioritySort(), bind=[Exploding()]), recorder=recorder)  # type: ignore[list-item]
+    status = asyncio.run(fw.run_bind(CycleState(), POD, NodeName("n1")))
+    assert status.code is Code.ERROR and status.plugin == "Exploding" and "peer went away" in status.message
+    assert recorder.points == [("Bind", "Error")]

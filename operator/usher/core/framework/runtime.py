@@ -11,7 +11,7 @@ share of cycles to keep their cost bounded, as kube-scheduler does.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -248,55 +248,77 @@ class Framework:
         return totals, status
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        started = self._timer()
+        result = Status()
         for plugin in self.plugins.reserve:
-            status = self._call(plugin.name, "Reserve", True, plugin.reserve, state, pod, node)
+            status = self._call(plugin.name, "Reserve", self._sampled(state), plugin.reserve, state, pod, node)
             if not status.ok:
-                return status.with_plugin(plugin.name)
-        return Status()
+                result = status.with_plugin(plugin.name)
+                break
+        self._point("Reserve", result, started)
+        return result
 
     def run_unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
-        """Undo every Reserve, in reverse order; never fails."""
+        """Undo every Reserve, in reverse order; a plugin that raises does not stop the others."""
         for plugin in reversed(self.plugins.reserve):
-            plugin.unreserve(state, pod, node)
+            _guarded(_unreserve, plugin, state, pod, node)
 
     def run_permit(self, state: CycleState, pod: PodInfo, node: NodeName) -> PermitOutcome:
         """Success, a rejection, or Wait (for the listed plugins) with the shortest timeout asked for."""
+        started = self._timer()
         outcome = PermitOutcome(Status())
         wait: float | None = None
         for plugin in self.plugins.permit:
-            status, timeout = plugin.permit(state, pod, node)
+            answer, status = self._call_pair(
+                plugin.name, "Permit", self._sampled(state), _permit, plugin, state, pod, node
+            )
             if status.code is Code.WAIT:
+                timeout = answer if answer is not None else 0.0
                 wait = timeout if wait is None else min(wait, timeout)
                 outcome.waiting.add(plugin.name)
             elif not status.ok:
-                return PermitOutcome(status.with_plugin(plugin.name))
-        if wait is not None:
-            outcome.status = Status(Code.WAIT)
-            outcome.timeout = wait
+                outcome = PermitOutcome(status.with_plugin(plugin.name))
+                break
+        else:
+            if wait is not None:
+                outcome.status = Status(Code.WAIT)
+                outcome.timeout = wait
+        self._point("Permit", outcome.status, started)
         return outcome
 
-    # ------------------------------------------------------------------ binding cycle (async: API calls)
-
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        started = self._timer()
+        result = Status()
         for plugin in self.plugins.pre_bind:
-            status = await plugin.pre_bind(state, pod, node)
+            status = await _guarded_async(plugin.pre_bind(state, pod, node))
             if not status.ok:
-                return status.with_plugin(plugin.name)
-        return Status()
+                result = status.with_plugin(plugin.name)
+                break
+        self._point("PreBind", result, started)
+        return result
 
     async def run_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        started = self._timer()
+        result = error("no bind plugin bound the pod")
         for plugin in self.plugins.bind:
-            status = await plugin.bind(state, pod, node)
+            status = await _guarded_async(plugin.bind(state, pod, node))
             if status.code is Code.SKIP:
                 continue
-            return status.with_plugin(plugin.name)
-        return error("no bind plugin bound the pod")
+            result = status.with_plugin(plugin.name)
+            break
+        self._point("Bind", result, started)
+        return result
 
     def run_post_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
+        started = self._timer()
         for plugin in self.plugins.post_bind:
-            plugin.post_bind(state, pod, node)
+            _guarded(_post_bind, plugin, state, pod, node)
+        self._point("PostBind", Status(), started)
 
     # ------------------------------------------------------------------ helpers
+
+    def _point(self, point: str, status: Status, started: float) -> None:
+        self._recorder.extension_point(point, status_label(status), self.scheduler_name, self._timer() - started)
 
     @staticmethod
     def _sampled(state: CycleState) -> bool:
@@ -328,3 +350,25 @@ def _guarded(call: Callable[..., Status], *args: Any) -> Status:
         return call(*args)
     except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
         return error(f"{type(exc).__name__}: {exc}")
+
+
+async def _guarded_async(call: Awaitable[Status]) -> Status:
+    try:
+        return await call
+    except Exception as exc:  # a plugin bug fails this pod's binding, never the scheduler
+        return error(f"{type(exc).__name__}: {exc}")
+
+
+def _unreserve(plugin: ReservePlugin, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+    plugin.unreserve(state, pod, node)
+    return Status()
+
+
+def _post_bind(plugin: PostBindPlugin, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+    plugin.post_bind(state, pod, node)
+    return Status()
+
+
+def _permit(plugin: PermitPlugin, state: CycleState, pod: PodInfo, node: NodeName) -> tuple[float, Status]:
+    status, timeout = plugin.permit(state, pod, node)
+    return timeout, status
