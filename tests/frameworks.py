@@ -42,6 +42,10 @@ class NoWaiting:
 class FakeHandle:
     binder: RecordingBinder = field(default_factory=RecordingBinder)
     waiting_pods: NoWaiting = field(default_factory=NoWaiting)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(namespace)
 
 
 def framework(config: str | Mapping[str, Any] | None = None, *, name: str = "usher") -> Framework:

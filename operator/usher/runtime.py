@@ -83,6 +83,10 @@ class WaitingPods:
 class _Handle:
     binder: Binder
     waiting_pods: WaitingPods
+    cache: Cache
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.cache.namespace_labels(namespace)
 
 
 class Scheduler:
@@ -104,14 +108,14 @@ class Scheduler:
         self._dispatcher = dispatcher
         registry = registry or in_tree_registry()
         self.waiting_pods = WaitingPods()
-        handle = _Handle(binder=DispatcherBinder(dispatcher), waiting_pods=self.waiting_pods)
+        self.cache = Cache()
+        handle = _Handle(binder=DispatcherBinder(dispatcher), waiting_pods=self.waiting_pods, cache=self.cache)
         self.frameworks: dict[str, Framework] = {
             profile.scheduler_name: build_framework(profile, registry=registry, handle=handle, recorder=metrics)
             for profile in config.profiles
         }
         first = self.frameworks[config.profiles[0].scheduler_name]
         assert first.plugins.queue_sort is not None
-        self.cache = Cache()
         self.queue = SchedulingQueue(
             clock,
             profiles=self.frameworks,

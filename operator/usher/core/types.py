@@ -19,6 +19,33 @@ PodKey = NewType("PodKey", str)
 NodeName = NewType("NodeName", str)
 
 
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host port a container asks for: (protocol, host IP, port); an empty IP means 0.0.0.0."""
+
+    protocol: str
+    ip: str
+    port: int
+
+    def conflicts(self, other: HostPort) -> bool:
+        """Same protocol and port, and the IPs overlap (0.0.0.0 overlaps everything)."""
+        if self.protocol != other.protocol or self.port != other.port:
+            return False
+        return self.ip in ("", "0.0.0.0") or other.ip in ("", "0.0.0.0") or self.ip == other.ip
+
+
+def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    ports: list[HostPort] = []
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        for port in container.get("ports") or []:
+            host_port = port.get("hostPort")
+            if host_port:
+                ports.append(
+                    HostPort(str(port.get("protocol") or "TCP"), str(port.get("hostIP") or ""), int(host_port))
+                )
+    return tuple(ports)
+
+
 def pod_key(namespace: str, name: str) -> PodKey:
     return PodKey(f"{namespace}/{name}")
 
@@ -39,6 +66,11 @@ class PodInfo:
     requests: ResourceList
     terminal: bool
     deleting: bool
+    labels: Mapping[str, str] = field(repr=False, compare=False)
+    host_ports: tuple[HostPort, ...] = field(repr=False, compare=False)
+    has_pod_affinity: bool = field(repr=False, compare=False)
+    """Any pod affinity or anti-affinity term, required or preferred."""
+    has_required_anti_affinity: bool = field(repr=False, compare=False)
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -47,6 +79,9 @@ class PodInfo:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
+        affinity = spec.get("affinity") or {}
+        pod_affinity = affinity.get("podAffinity") or {}
+        anti_affinity = affinity.get("podAntiAffinity") or {}
         namespace = str(meta.get("namespace") or "default")
         name = str(meta.get("name") or "")
         return cls(
@@ -62,6 +97,10 @@ class PodInfo:
             requests=pod_requests(obj),
             terminal=status.get("phase") in ("Succeeded", "Failed"),
             deleting=bool(meta.get("deletionTimestamp")),
+            labels=dict(meta.get("labels") or {}),
+            host_ports=_host_ports(spec),
+            has_pod_affinity=bool(pod_affinity or anti_affinity),
+            has_required_anti_affinity=bool(anti_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")),
             raw=obj,
         )
 

@@ -38,6 +38,7 @@ class Cache:
         self._pod_nodes: dict[PodKey, NodeName] = {}
         self._assumed: dict[PodKey, _Assumed] = {}
         self._assumed_ttl = assumed_ttl
+        self._namespaces: dict[str, Mapping[str, str]] = {}
 
     # -- nodes ---------------------------------------------------------------
 
@@ -58,6 +59,17 @@ class Cache:
             info.raw = None
         else:
             del self._nodes[NodeName(name)]
+
+    # -- namespaces (for namespaceSelector terms) ------------------------------
+
+    def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self._namespaces[name] = dict(labels)
+
+    def remove_namespace(self, name: str) -> None:
+        self._namespaces.pop(name, None)
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self._namespaces.get(name)
 
     # -- assigned pods -------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """NodeInfo: one node and the pods counted against it.
 
-Pure. ``requested`` is kept incrementally so a fit check is O(resources),
-not O(pods on the node).
+Pure. ``requested``, ``non_zero_requested`` and ``used_ports`` are kept
+incrementally so a fit or port check is O(resources), not O(pods on the node).
+``non_zero_requested`` counts pods without cpu/memory requests as 100m / 200Mi,
+as kube-scheduler does for scoring.
 """
 
 from __future__ import annotations
@@ -10,8 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from usher.core.resources import PODS, ResourceList, add_into, resource_list
-from usher.core.types import NodeName, PodInfo, PodKey
+from usher.core.resources import CPU, MEMORY, PODS, ResourceList, add_into, resource_list
+from usher.core.types import HostPort, NodeName, PodInfo, PodKey
+
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+
+def non_zero_requests(pod: PodInfo) -> tuple[int, int]:
+    """(cpu, memory) for scoring: unset requests count as 100m / 200Mi."""
+    return (
+        pod.requests.get(CPU) or DEFAULT_MILLI_CPU_REQUEST,
+        pod.requests.get(MEMORY) or DEFAULT_MEMORY_REQUEST,
+    )
 
 
 @dataclass(slots=True)
@@ -22,12 +35,22 @@ class NodeInfo:
     unschedulable: bool = False
     pods: dict[PodKey, PodInfo] = field(default_factory=dict)
     requested: ResourceList = field(default_factory=dict)
+    non_zero_requested: ResourceList = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    used_ports: dict[HostPort, int] = field(default_factory=dict)
+    """Host ports taken by pods on this node -> how many pods hold each."""
+    pods_with_affinity: int = 0
+    pods_with_required_anti_affinity: int = 0
 
     def set_node(self, raw: Mapping[str, Any]) -> None:
         status = raw.get("status") or {}
+        spec = raw.get("spec") or {}
         self.raw = raw
         self.allocatable = resource_list(status.get("allocatable"))
-        self.unschedulable = bool((raw.get("spec") or {}).get("unschedulable"))
+        self.unschedulable = bool(spec.get("unschedulable"))
+        self.labels = dict((raw.get("metadata") or {}).get("labels") or {})
+        self.taints = tuple(spec.get("taints") or ())
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.key in self.pods:
@@ -35,6 +58,13 @@ class NodeInfo:
         self.pods[pod.key] = pod
         add_into(self.requested, pod.requests)
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
+        cpu, memory = non_zero_requests(pod)
+        self.non_zero_requested[CPU] = self.non_zero_requested.get(CPU, 0) + cpu
+        self.non_zero_requested[MEMORY] = self.non_zero_requested.get(MEMORY, 0) + memory
+        for port in pod.host_ports:
+            self.used_ports[port] = self.used_ports.get(port, 0) + 1
+        self.pods_with_affinity += pod.has_pod_affinity
+        self.pods_with_required_anti_affinity += pod.has_required_anti_affinity
 
     def remove_pod(self, key: PodKey) -> PodInfo | None:
         pod = self.pods.pop(key, None)
@@ -43,6 +73,17 @@ class NodeInfo:
         for name, amount in pod.requests.items():
             self.requested[name] = self.requested.get(name, 0) - amount
         self.requested[PODS] = self.requested.get(PODS, 0) - 1
+        cpu, memory = non_zero_requests(pod)
+        self.non_zero_requested[CPU] -= cpu
+        self.non_zero_requested[MEMORY] -= memory
+        for port in pod.host_ports:
+            left = self.used_ports.get(port, 0) - 1
+            if left > 0:
+                self.used_ports[port] = left
+            else:
+                self.used_ports.pop(port, None)
+        self.pods_with_affinity -= pod.has_pod_affinity
+        self.pods_with_required_anti_affinity -= pod.has_required_anti_affinity
         return pod
 
     @property

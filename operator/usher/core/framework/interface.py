@@ -183,6 +183,10 @@ class Handle(Protocol):
     @property
     def waiting_pods(self) -> WaitingPods: ...
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """Labels of a namespace (for namespaceSelector terms); None if usher has not seen it."""
+        ...
+
 
 EXTENSION_POINTS: dict[str, Any] = {
     "preEnqueue": PreEnqueuePlugin,
