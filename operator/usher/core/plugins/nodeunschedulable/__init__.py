@@ -9,6 +9,7 @@ from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import ClusterEventWithHint, FilterPlugin, Handle
 from usher.core.plugins.names import NODE_UNSCHEDULABLE
 from usher.core.plugins.registry import reject_unknown_args
+from usher.core.selectors import tolerates
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:
@@ -20,15 +21,12 @@ REASON = "node(s) were unschedulable"
 TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 
+_UNSCHEDULABLE_TAINT = {"key": TAINT_KEY, "effect": "NoSchedule"}
+
+
 def tolerates_unschedulable(pod: PodInfo) -> bool:
-    for toleration in (pod.raw.get("spec") or {}).get("tolerations") or []:
-        key = toleration.get("key")
-        effect = toleration.get("effect")
-        if effect not in (None, "", "NoSchedule"):
-            continue
-        if key == TAINT_KEY or (not key and toleration.get("operator") == "Exists"):
-            return True
-    return False
+    tolerations = (pod.raw.get("spec") or {}).get("tolerations") or []
+    return any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in tolerations)
 
 
 class NodeUnschedulable:
