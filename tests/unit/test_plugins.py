@@ -10,6 +10,8 @@ from tests.builders import make_node, make_pod
 from usher.core.cache import Cache
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.noderesources import NodeResourcesFit, parse_args
+from usher.core.plugins.noderesources.balanced import NodeResourcesBalancedAllocation
+from usher.core.plugins.noderesources.balanced import parse_args as balanced_args
 from usher.core.plugins.nodeunschedulable import NodeUnschedulable, node_schedulable
 from usher.core.plugins.registry import PluginArgsError
 from usher.core.plugins.schedulinggates import MESSAGE, SchedulingGates, gates_removed_from_this_pod
@@ -155,3 +157,54 @@ def test_the_fit_hint_queues_only_for_a_node_that_could_hold_the_pod() -> None:
     big = make_node().capacity(cpu="4", memory="4Gi", pods=10).obj()
     assert fit._node_fits(pod, None, small) is QueueingHint.QUEUE_SKIP
     assert fit._node_fits(pod, None, big) is QueueingHint.QUEUE
+
+
+def test_requested_to_capacity_ratio_follows_the_shape() -> None:
+    args = parse_args(
+        {
+            "scoringStrategy": {
+                "type": "RequestedToCapacityRatio",
+                "resources": [{"name": "cpu", "weight": 1}],
+                "requestedToCapacityRatio": {
+                    "shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]
+                },
+            }
+        }
+    )
+    fit = NodeResourcesFit(args)
+    node = node_info(make_node().capacity(cpu="4", memory="4Gi", pods=10).obj())
+    score, _ = fit.score(CycleState(), info(make_pod().req(cpu="1").obj()), node)
+    assert score == 25, "25 % utilisation on a 0->0, 100->10 shape scores 25 of 100"
+
+
+@pytest.mark.parametrize(
+    ("shape", "field"),
+    [
+        ([], "scoringStrategy.requestedToCapacityRatio.shape"),
+        ([{"utilization": 50, "score": 11}], "scoringStrategy.requestedToCapacityRatio.shape[0].score"),
+        (
+            [{"utilization": 50, "score": 1}, {"utilization": 40, "score": 2}],
+            "scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+        ),
+    ],
+    ids=["empty shape", "score above 10", "utilisation not increasing"],
+)
+def test_bad_shapes_name_their_field(shape: list[dict[str, int]], field: str) -> None:
+    with pytest.raises(PluginArgsError) as raised:
+        parse_args(
+            {"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": shape}}}
+        )
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "expected"),
+    [("2", "2Gi", 100), ("4", "0", 50), ("1", "3Gi", 75)],
+    ids=["evenly used scores 100", "all cpu no memory scores 50", "a quarter vs three quarters scores 75"],
+)
+def test_balanced_allocation_prefers_even_use(cpu: str, memory: str, expected: int) -> None:
+    plugin = NodeResourcesBalancedAllocation(balanced_args({}))
+    node = node_info(make_node().capacity(cpu="4", memory="4Gi", pods=10).obj())
+    pod = make_pod().req(cpu=cpu, memory=memory).obj() if memory != "0" else make_pod().req(cpu=cpu).obj()
+    score, _ = plugin.score(CycleState(), info(pod), node)
+    assert score == expected

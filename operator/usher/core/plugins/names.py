@@ -4,6 +4,7 @@ PRIORITY_SORT = "PrioritySort"
 SCHEDULING_GATES = "SchedulingGates"
 NODE_UNSCHEDULABLE = "NodeUnschedulable"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
+NODE_RESOURCES_BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 DEFAULT_BINDER = "DefaultBinder"
 
 NO_NODES_AVAILABLE = "NoNodesAvailable"

@@ -1,0 +1,86 @@
+"""NodeResourcesBalancedAllocation: prefer nodes whose resources stay evenly used. Pure.
+
+Score = (1 - standard deviation of the requested/allocatable fractions) * 100
+over the configured resources (cpu and memory by default), with the pod
+placed on the node, as kube-scheduler computes it: a node left with all its
+cpu taken but its memory free is a poor fit for the next pod of either kind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.interface import MAX_NODE_SCORE, ClusterEventWithHint, Handle, ScorePlugin
+from usher.core.plugins.names import NODE_RESOURCES_BALANCED_ALLOCATION
+from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
+from usher.core.resources import CPU, MEMORY
+from usher.core.types import SUCCESS, PodInfo, Status
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = NODE_RESOURCES_BALANCED_ALLOCATION
+
+
+@dataclass(frozen=True, slots=True)
+class BalancedArgs:
+    resources: tuple[str, ...] = (CPU, MEMORY)
+
+
+def parse_args(args: Mapping[str, Any]) -> BalancedArgs:
+    reject_unknown_args(args, {"resources"})
+    raw = args.get("resources")
+    if raw is None:
+        return BalancedArgs()
+    if not isinstance(raw, list) or not raw:
+        raise PluginArgsError("resources", "must be a non-empty list of {name, weight}")
+    names: list[str] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping) or not item.get("name"):
+            raise PluginArgsError(f"resources[{i}].name", "required")
+        weight = item.get("weight", 1)
+        if weight != 1:
+            raise PluginArgsError(f"resources[{i}].weight", f"must be 1 for balanced allocation, got {weight!r}")
+        names.append(str(item["name"]))
+    return BalancedArgs(tuple(names))
+
+
+class NodeResourcesBalancedAllocation:
+    name = NAME
+
+    def __init__(self, args: BalancedArgs) -> None:
+        self.args = args
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
+        fractions: list[float] = []
+        for resource in self.args.resources:
+            capacity = node.allocatable.get(resource, 0)
+            if capacity <= 0:
+                continue
+            requested = node.requested.get(resource, 0) + pod.requests.get(resource, 0)
+            fractions.append(min(requested / capacity, 1.0))
+        if len(fractions) < 2:
+            return MAX_NODE_SCORE, SUCCESS
+        if len(fractions) == 2:
+            deviation = abs(fractions[0] - fractions[1]) / 2
+        else:
+            mean = sum(fractions) / len(fractions)
+            deviation = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+        return int((1 - deviation) * MAX_NODE_SCORE), SUCCESS
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        # A score plugin never rejects a pod; registering keeps kube-scheduler's behaviour for
+        # pods it is asked about (none in practice).
+        return [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE))]
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesBalancedAllocation:
+    return NodeResourcesBalancedAllocation(parse_args(args))
+
+
+_check: type[ScorePlugin] = NodeResourcesBalancedAllocation

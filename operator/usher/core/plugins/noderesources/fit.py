@@ -1,0 +1,213 @@
+"""NodeResourcesFit: the pod's requests must fit in what the node has left; score by allocation. Pure.
+
+Filter: one more pod must fit under the node's pod capacity, and every
+requested resource (cpu, memory, ephemeral-storage, extended resources) must
+fit in allocatable minus the requests of the pods already counted on the
+node, whoever placed them. Score: ``LeastAllocated`` (spread, the default),
+``MostAllocated`` (pack) or ``RequestedToCapacityRatio`` (a custom
+utilisation -> score curve) over the configured resources and weights; pods
+that request no cpu or memory count as 100m / 200Mi for scoring, as in
+kube-scheduler, so empty pods still spread.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from usher.core.cache.nodeinfo import non_zero_requests
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.interface import MAX_NODE_SCORE, ClusterEventWithHint, FilterPlugin, Handle, ScorePlugin
+from usher.core.plugins.names import NODE_RESOURCES_FIT
+from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
+from usher.core.resources import CPU, MEMORY, PODS, resource_list
+from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = NODE_RESOURCES_FIT
+TOO_MANY_PODS = "Too many pods"
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
+STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
+MAX_CUSTOM_PRIORITY_SCORE = 10
+
+
+def insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+@dataclass(frozen=True, slots=True)
+class FitArgs:
+    strategy: str = LEAST_ALLOCATED
+    resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
+    ignored_resources: frozenset[str] = frozenset()
+    ignored_groups: frozenset[str] = frozenset()
+    shape: tuple[tuple[int, int], ...] = ()
+    """RequestedToCapacityRatio: (utilization %, score 0-10) points, increasing utilization."""
+
+
+def parse_args(args: Mapping[str, Any]) -> FitArgs:
+    reject_unknown_args(args, {"scoringStrategy", "ignoredResources", "ignoredResourceGroups"})
+    strategy_args = args.get("scoringStrategy") or {}
+    if not isinstance(strategy_args, Mapping):
+        raise PluginArgsError("scoringStrategy", "must be an object")
+    for key in strategy_args:
+        if key not in ("type", "resources", "requestedToCapacityRatio"):
+            raise PluginArgsError(
+                f"scoringStrategy.{key}", "unknown field (known: requestedToCapacityRatio, resources, type)"
+            )
+    strategy = strategy_args.get("type", LEAST_ALLOCATED)
+    if strategy not in STRATEGIES:
+        supported = ", ".join(STRATEGIES)
+        raise PluginArgsError("scoringStrategy.type", f"{strategy!r} is not supported (supported: {supported})")
+    shape = _parse_shape(strategy_args.get("requestedToCapacityRatio"), strategy)
+    resources: list[tuple[str, int]] = []
+    for i, item in enumerate(
+        strategy_args.get("resources") or [{"name": CPU, "weight": 1}, {"name": MEMORY, "weight": 1}]
+    ):
+        if not isinstance(item, Mapping) or not item.get("name"):
+            raise PluginArgsError(f"scoringStrategy.resources[{i}].name", "required")
+        weight = item.get("weight", 1)
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise PluginArgsError(
+                f"scoringStrategy.resources[{i}].weight", f"must be an integer in 1..100, got {weight!r}"
+            )
+        resources.append((str(item["name"]), weight))
+    ignored = args.get("ignoredResources") or []
+    groups = args.get("ignoredResourceGroups") or []
+    for field_name, values in (("ignoredResources", ignored), ("ignoredResourceGroups", groups)):
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise PluginArgsError(field_name, "must be a list of strings")
+    return FitArgs(strategy, tuple(resources), frozenset(ignored), frozenset(groups), shape)
+
+
+def _parse_shape(raw: Any, strategy: str) -> tuple[tuple[int, int], ...]:
+    path = "scoringStrategy.requestedToCapacityRatio"
+    if strategy != REQUESTED_TO_CAPACITY_RATIO:
+        if raw is not None:
+            raise PluginArgsError(path, f"only allowed with type {REQUESTED_TO_CAPACITY_RATIO}")
+        return ()
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("shape"), list) or not raw["shape"]:
+        raise PluginArgsError(f"{path}.shape", "required: a non-empty list of {utilization, score} points")
+    points: list[tuple[int, int]] = []
+    for i, point in enumerate(raw["shape"]):
+        where = f"{path}.shape[{i}]"
+        if not isinstance(point, Mapping):
+            raise PluginArgsError(where, "must be an object with utilization and score")
+        utilization, score = point.get("utilization"), point.get("score")
+        if not isinstance(utilization, int) or not 0 <= utilization <= 100:
+            raise PluginArgsError(f"{where}.utilization", f"must be an integer in 0..100, got {utilization!r}")
+        if not isinstance(score, int) or not 0 <= score <= MAX_CUSTOM_PRIORITY_SCORE:
+            raise PluginArgsError(f"{where}.score", f"must be an integer in 0..10, got {score!r}")
+        if points and utilization <= points[-1][0]:
+            raise PluginArgsError(f"{where}.utilization", "utilization values must increase")
+        points.append((utilization, score))
+    return tuple(points)
+
+
+def shape_score(shape: tuple[tuple[int, int], ...], utilization: int) -> int:
+    """Piecewise-linear utilisation -> 0..100 score, flat beyond the first and last points."""
+    scaled = [(u, s * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for u, s in shape]
+    if utilization <= scaled[0][0]:
+        return scaled[0][1]
+    for (u0, s0), (u1, s1) in itertools.pairwise(scaled):
+        if utilization <= u1:
+            return s0 + (s1 - s0) * (utilization - u0) // (u1 - u0)
+    return scaled[-1][1]
+
+
+class NodeResourcesFit:
+    name = NAME
+
+    def __init__(self, args: FitArgs) -> None:
+        self.args = args
+
+    def _ignored(self, resource: str) -> bool:
+        if resource in self.args.ignored_resources:
+            return True
+        group = resource.split("/", 1)[0] if "/" in resource else ""
+        return bool(group) and group in self.args.ignored_groups
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        reasons = fit_reasons(pod, node, ignored=self._ignored)
+        return unschedulable(*reasons) if reasons else SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
+        total = weights = 0
+        for resource, weight in self.args.resources:
+            capacity = node.allocatable.get(resource, 0)
+            if capacity <= 0:
+                continue
+            requested = scoring_requested(pod, node, resource)
+            if self.args.strategy == LEAST_ALLOCATED:
+                value = max(0, capacity - requested) * MAX_NODE_SCORE // capacity
+            elif self.args.strategy == MOST_ALLOCATED:
+                value = min(requested, capacity) * MAX_NODE_SCORE // capacity
+            else:
+                value = shape_score(self.args.shape, min(requested, capacity) * 100 // capacity)
+            total += value * weight
+            weights += weight
+        return (total // weights if weights else 0), SUCCESS
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE), hint=self._node_fits
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCALE_DOWN), hint=_own_scale_down
+            ),
+        ]
+
+    def _node_fits(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue only if the new or grown node could hold the pod were it empty."""
+        allocatable = resource_list(((new or {}).get("status") or {}).get("allocatable"))
+        if allocatable.get(PODS, 0) < 1:
+            return QueueingHint.QUEUE_SKIP
+        for resource, amount in pod.requests.items():
+            if resource != PODS and not self._ignored(resource) and amount > allocatable.get(resource, 0):
+                return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
+
+
+def _own_scale_down(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    same = ((new or {}).get("metadata") or {}).get("uid") == pod.uid
+    return QueueingHint.QUEUE if same else QueueingHint.QUEUE_SKIP
+
+
+def scoring_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
+    """What the node would have requested with the pod on it; unset cpu/memory count as 100m / 200Mi."""
+    if resource in (CPU, MEMORY):
+        cpu, memory = non_zero_requests(pod)
+        return node.non_zero_requested.get(resource, 0) + (cpu if resource == CPU else memory)
+    return node.requested.get(resource, 0) + pod.requests.get(resource, 0)
+
+
+def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
+    """Why ``pod`` does not fit on ``node`` (empty: it fits)."""
+    reasons: list[str] = []
+    if node.requested.get(PODS, 0) + 1 > node.allocatable.get(PODS, 0):
+        reasons.append(TOO_MANY_PODS)
+    for resource, amount in sorted(pod.requests.items()):
+        if resource == PODS or (ignored is not None and ignored(resource)):
+            continue
+        if amount > node.allocatable.get(resource, 0) - node.requested.get(resource, 0):
+            reasons.append(insufficient(resource))
+    return reasons
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
+    return NodeResourcesFit(parse_args(args))
+
+
+_check_filter: type[FilterPlugin] = NodeResourcesFit
+_check_score: type[ScorePlugin] = NodeResourcesFit
