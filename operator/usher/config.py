@@ -139,7 +139,14 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.SCHEDULING_GATES),
     PluginRef(names.PRIORITY_SORT),
     PluginRef(names.NODE_UNSCHEDULABLE),
+    PluginRef(names.NODE_NAME),
+    PluginRef(names.TAINT_TOLERATION, weight=3),
+    PluginRef(names.NODE_AFFINITY, weight=2),
+    PluginRef(names.NODE_PORTS),
     PluginRef(names.NODE_RESOURCES_FIT, weight=1),
+    PluginRef(names.POD_TOPOLOGY_SPREAD, weight=2),
+    PluginRef(names.INTER_POD_AFFINITY, weight=2),
+    PluginRef(names.NODE_RESOURCES_BALANCED_ALLOCATION, weight=1),
     PluginRef(names.DEFAULT_BINDER),
 )
 """The default profile's multiPoint list, in kube-scheduler's order."""

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from usher.adapters.binding import ALREADY_BOUND, POD_GONE, DispatcherBinder
-from usher.adapters.dispatching import ApiCall, Dispatcher
+from usher.adapters.binding import ALREADY_BOUND, POD_GONE, STATUS_PATCH_RELEVANCE, DispatcherBinder
+from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.metrics import Metrics
-from usher.adapters.reporting import event_path, pod_event_body
+from usher.adapters.reporting import condition_patch, event_path, pod_event_body, status_path
 from usher.config import FeatureGates, SchedulerConfig, build_framework, parse_feature_gates
 from usher.core.cache import Cache
 from usher.core.clock import Clock
@@ -143,9 +143,13 @@ class Scheduler:
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         started = time.perf_counter()
         label = self.handlers.on_pod(event_type, raw)
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
         if event_type == "DELETED":
-            meta = raw.get("metadata") or {}
-            self._failure_reports.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+            self._failure_reports.pop(key, None)
+            self._dispatcher.forget_object(key)
+        else:
+            self._dispatcher.sync_object(key, raw)
         self._after_event(label, started)
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -342,9 +346,11 @@ class Scheduler:
     # -- reporting -------------------------------------------------------------
 
     def _report_failure(self, pod: Mapping[str, Any], message: str, profile: str | None = None) -> None:
-        """A FailedScheduling Event, at most once a minute per pod while the message stays the same."""
+        """``PodScheduled=False, reason=Unschedulable`` on the pod (patched only when it changes) and a
+        FailedScheduling Event, at most once a minute per pod while the message stays the same."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self._patch_condition(pod, key, "Unschedulable", message)
         now = self.clock.now()
         last = self._failure_reports.get(key)
         if last is not None and last[0] == message and now - last[1] < FAILED_SCHEDULING_REPEAT:
@@ -353,18 +359,23 @@ class Scheduler:
         controller = profile or str((pod.get("spec") or {}).get("schedulerName") or "usher")
         self._emit_event(pod, "Warning", "FailedScheduling", "Scheduling", message, controller)
 
+    def _patch_condition(self, pod: Mapping[str, Any], key: str, reason: str, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        path = status_path(str(meta.get("namespace")), str(meta.get("name")))
+
+        def build(current: Mapping[str, Any] | None) -> Request | None:
+            patch = condition_patch(current, kind="PodScheduled", status="False", reason=reason, message=message)
+            return None if patch is None else Request("PATCH", path, patch, "application/strategic-merge-patch+json")
+
+        self._dispatcher.add(ApiCall("pod_status_patch", key, build, relevance=STATUS_PATCH_RELEVANCE), current=pod)
+
     def _emit_event(
         self, pod: Mapping[str, Any], event_type: str, reason: str, action: str, note: str, controller: str
     ) -> None:
         meta = pod.get("metadata") or {}
+        body = pod_event_body(
+            pod, controller=controller, event_type=event_type, reason=reason, action=action, note=note
+        )
         self._dispatcher.add(
-            ApiCall(
-                call_type="event",
-                object_key=f"{meta.get('namespace')}/{meta.get('name')}",
-                method="POST",
-                path=event_path(str(meta.get("namespace"))),
-                body=pod_event_body(
-                    pod, controller=controller, event_type=event_type, reason=reason, action=action, note=note
-                ),
-            )
+            ApiCall.fixed("event", None, Request("POST", event_path(str(meta.get("namespace"))), body))
         )

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from usher.adapters.dispatching import ApiCall, Dispatcher
+from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import binding_call_body, binding_path
 from usher.core.types import NodeName, PodInfo, Status, error
+
+BINDING_RELEVANCE = 2
+STATUS_PATCH_RELEVANCE = 1
 
 ALREADY_BOUND = "pod is already bound"
 POD_GONE = "pod no longer exists"
@@ -15,6 +18,8 @@ POD_GONE = "pod no longer exists"
 
 def binding_status(result: ApiResult) -> Status:
     """What a pods/binding answer means for the binding cycle."""
+    if result.status == 0 and "superseded" in result.message:
+        return error(f"binding superseded: {result.message}")
     if result.ok:
         return Status()
     if result.status == 409:
@@ -36,14 +41,10 @@ class DispatcherBinder:
             if not done.done():
                 done.set_result(result)
 
+        request = Request(
+            "POST", binding_path(pod.namespace, pod.name), binding_call_body(pod.namespace, pod.name, pod.uid, node)
+        )
         self._dispatcher.add(
-            ApiCall(
-                call_type="pod_binding",
-                object_key=pod.key,
-                method="POST",
-                path=binding_path(pod.namespace, pod.name),
-                body=binding_call_body(pod.namespace, pod.name, pod.uid, node),
-                on_done=finished,
-            )
+            ApiCall.fixed("pod_binding", pod.key, request, relevance=BINDING_RELEVANCE, on_done=finished)
         )
         return binding_status(await done)

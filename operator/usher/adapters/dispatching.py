@@ -1,10 +1,25 @@
 """The API dispatcher: the only path by which usher writes to the API server.
 
-Calls are queued and executed by a pool of worker tasks, so the scheduling
-loop never waits on the network. Each call is retried with exponential
-backoff on throttling (429, honouring Retry-After), server errors (5xx) and
-connection failures; other answers are final and handed to the call's
-``on_done`` callback, which runs on the event loop.
+Theory of operation. Calls about one object (a pod, by ``namespace/name``)
+are *tracked*: at most one call per object waits at a time, and a newer one
+meets it:
+
+- a less relevant call than the waiting one is dropped (a status patch
+  arriving after a binding: the binding matters more);
+- a more relevant one replaces it (a binding replaces a status patch);
+- one of the same type replaces it but keeps its due time: a call with a
+  delay is not postponed by newer versions of itself;
+- a call that would change nothing (its ``build`` returns None against the
+  newest version of the object) is dropped, at once or when it falls due;
+- ``sync_object`` hands the dispatcher each newer version of an object
+  (from the watch), so a waiting call that became a no-op is dropped.
+
+Untracked calls (Events) just run. Worker tasks execute due calls
+concurrently, never two for the same object at once; a call that arrives for
+an object whose call is running waits for it. Each call is retried with
+exponential backoff on throttling (429, honouring Retry-After), server
+errors (5xx) and connection failures; any other answer is final and handed
+to the call's ``on_done``. Nothing here blocks the event loop.
 """
 
 from __future__ import annotations
@@ -25,17 +40,44 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-@dataclass(slots=True)
-class ApiCall:
-    """One write: ``method path body``, what it is for, and who to tell when it is over."""
-
-    call_type: str
-    object_key: str
+@dataclass(frozen=True, slots=True)
+class Request:
     method: str
     path: str
-    body: Mapping[str, Any] | None = None
+    body: Mapping[str, Any] | list[Any] | None = None
     content_type: str = "application/json"
+
+
+BuildFn = Callable[[Mapping[str, Any] | None], Request | None]
+"""Build the request against the newest known version of the object; None: nothing to do."""
+
+
+@dataclass(slots=True)
+class ApiCall:
+    """One write: what it is, which object it is about, and how to build it."""
+
+    call_type: str
+    object_key: str | None
+    build: BuildFn
+    relevance: int = 0
+    delay: float = 0.0
     on_done: Callable[[ApiResult], None] | None = field(default=None, repr=False)
+
+    @classmethod
+    def fixed(
+        cls,
+        call_type: str,
+        object_key: str | None,
+        request: Request,
+        *,
+        relevance: int = 0,
+        on_done: Callable[[ApiResult], None] | None = None,
+    ) -> ApiCall:
+        return cls(call_type, object_key, lambda _: request, relevance=relevance, on_done=on_done)
+
+
+SKIPPED = ApiResult(status=0, body={"message": "superseded by a more relevant call"})
+NO_OP = ApiResult(status=204, body={"message": "nothing to change"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +112,13 @@ class _Unobserved:
         pass
 
 
+@dataclass(slots=True)
+class _Waiting:
+    call: ApiCall
+    due: float
+    timer: asyncio.TimerHandle | None = None
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -81,12 +130,15 @@ class Dispatcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._api = api
-        self._queue: asyncio.Queue[ApiCall] = asyncio.Queue()
+        self._ready: asyncio.Queue[_Waiting | str] = asyncio.Queue()
         self._workers_count = workers
         self._workers: list[asyncio.Task[None]] = []
         self._retry = retry or RetryPolicy()
         self._observer: CallObserver = observer or _Unobserved()
         self._sleep = sleep
+        self._waiting: dict[str, _Waiting] = {}
+        self._running: set[str] = set()
+        self._objects: dict[str, Mapping[str, Any]] = {}
         self._busy = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -101,46 +153,166 @@ class Dispatcher:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
+        for waiting in self._waiting.values():
+            if waiting.timer is not None:
+                waiting.timer.cancel()
 
-    def add(self, call: ApiCall) -> None:
-        """Queue a call; returns at once."""
-        self._observer.pending_changed(call.call_type, +1)
-        self._idle.clear()
-        self._queue.put_nowait(call)
+    # ------------------------------------------------------------------ intake
+
+    def add(self, call: ApiCall, current: Mapping[str, Any] | None = None) -> None:
+        """Queue a call; returns at once. ``current`` is the newest known version of its object."""
+        key = call.object_key
+        if key is None:
+            self._track(call.call_type, +1)
+            self._ready.put_nowait(_Waiting(call, 0.0))
+            return
+        if current is not None:
+            self._objects[key] = current
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            old = waiting.call
+            if call.relevance < old.relevance:
+                self._finish(call, SKIPPED)
+                return
+            if call.call_type == old.call_type:
+                self._finish(old, SKIPPED)  # merged: the newest version wins, the due time stays
+                waiting.call = call
+            else:
+                self._finish(old, SKIPPED, pending=True)
+                self._track(call.call_type, +1)
+                waiting.call = call
+                self._schedule(key, waiting, self._now() + call.delay)
+            self._drop_if_noop(key)
+            return
+        if key not in self._running and call.build(self._objects.get(key)) is None:
+            self._finish(call, NO_OP)
+            self._forget_object(key)
+            return
+        self._track(call.call_type, +1)
+        waiting = _Waiting(call, 0.0)
+        self._waiting[key] = waiting
+        self._schedule(key, waiting, self._now() + call.delay)
+
+    def sync_object(self, key: str, obj: Mapping[str, Any]) -> None:
+        """A newer version of an object seen by the watch: refresh its waiting call (cheap if none)."""
+        if key in self._waiting or key in self._running:
+            self._objects[key] = obj
+            self._drop_if_noop(key)
+
+    def forget_object(self, key: str) -> None:
+        """The object is gone: drop its waiting call."""
+        waiting = self._waiting.pop(key, None)
+        if waiting is not None:
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+            self._finish(waiting.call, SKIPPED, pending=True)
+        self._forget_object(key)
+
+    def pending(self, key: str) -> ApiCall | None:
+        waiting = self._waiting.get(key)
+        return waiting.call if waiting is not None else None
 
     @property
     def idle(self) -> bool:
-        return self._queue.empty() and self._busy == 0
+        return not self._waiting and self._ready.empty() and self._busy == 0
 
     async def drained(self) -> None:
-        """Wait until every queued call has finished."""
-        await self._idle.wait()
+        """Wait until every call that is due has finished (delayed calls are not waited for)."""
+        while not (
+            self._ready.empty() and self._busy == 0 and all(w.due > self._now() for w in self._waiting.values())
+        ):
+            self._idle.clear()
+            await self._idle.wait()
+
+    # ------------------------------------------------------------------ internals
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _schedule(self, key: str, waiting: _Waiting, due: float) -> None:
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        waiting.due = due
+        delay = due - self._now()
+        if delay <= 0:
+            waiting.timer = None
+            self._ready.put_nowait(key)
+        else:
+            waiting.timer = asyncio.get_running_loop().call_later(delay, self._ready.put_nowait, key)
+
+    def _drop_if_noop(self, key: str) -> None:
+        waiting = self._waiting.get(key)
+        if waiting is None or key in self._running:
+            return
+        if waiting.call.build(self._objects.get(key)) is None:
+            del self._waiting[key]
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+            self._finish(waiting.call, NO_OP, pending=True)
+            self._forget_object(key)
+
+    def _forget_object(self, key: str) -> None:
+        if key not in self._waiting and key not in self._running:
+            self._objects.pop(key, None)
+
+    def _track(self, call_type: str, delta: int) -> None:
+        self._observer.pending_changed(call_type, delta)
+
+    def _finish(self, call: ApiCall, result: ApiResult, *, pending: bool = False) -> None:
+        if pending:
+            self._track(call.call_type, -1)
+        if call.on_done is not None:
+            try:
+                call.on_done(result)
+            except Exception:
+                logger.exception("handling the result of %s %s failed", call.call_type, call.object_key)
+        self._wake_drain()
+
+    def _wake_drain(self) -> None:
+        self._idle.set()
 
     async def _work(self) -> None:
         while True:
-            call = await self._queue.get()
-            self._busy += 1
+            item = await self._ready.get()
+            if isinstance(item, _Waiting):  # untracked
+                await self._run(item.call, None)
+                continue
+            key = item
+            waiting = self._waiting.get(key)
+            if waiting is None or waiting.due > self._now() + 1e-3:
+                continue  # dropped, replaced by a later schedule, or a stale timer
+            if key in self._running:
+                continue  # re-queued when the running call finishes
+            del self._waiting[key]
+            self._running.add(key)
             try:
-                result = await self._execute(call)
+                await self._run(waiting.call, key)
             finally:
-                self._busy -= 1
-                self._observer.pending_changed(call.call_type, -1)
-                if self.idle:
-                    self._idle.set()
-            if call.on_done is not None:
-                try:
-                    call.on_done(result)
-                except Exception:
-                    logger.exception("handling the result of %s %s failed", call.call_type, call.object_key)
+                self._running.discard(key)
+                follow_up = self._waiting.get(key)
+                if follow_up is not None and follow_up.due <= self._now():
+                    self._ready.put_nowait(key)
+                self._forget_object(key)
 
-    async def _execute(self, call: ApiCall) -> ApiResult:
+    async def _run(self, call: ApiCall, key: str | None) -> None:
+        self._busy += 1
+        try:
+            request = call.build(self._objects.get(key) if key is not None else None)
+            result = NO_OP if request is None else await self._execute(call.call_type, call.object_key, request)
+        finally:
+            self._busy -= 1
+        self._finish(call, result, pending=True)
+
+    async def _execute(self, call_type: str, key: str | None, request: Request) -> ApiResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
         result = ApiResult(status=0, body={"message": "not attempted"})
         for attempt in range(1, self._retry.attempts + 1):
             retry_after: str | None = None
             try:
-                result = await self._api.request(call.method, call.path, call.body, content_type=call.content_type)
+                result = await self._api.request(
+                    request.method, request.path, request.body, content_type=request.content_type
+                )
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 result = ApiResult(status=0, body={"message": f"{type(exc).__name__}: {exc}"})
             else:
@@ -149,8 +321,7 @@ class Dispatcher:
                 break
             if attempt < self._retry.attempts:
                 delay = self._retry.delay(attempt, retry_after)
-                logger.info("%s %s: %s; retrying in %.2fs", call.call_type, call.object_key, result.message, delay)
+                logger.info("%s %s: %s; retrying in %.2fs", call_type, key, result.message, delay)
                 await self._sleep(delay)
-        outcome = "success" if result.ok else "error"
-        self._observer.call_finished(call.call_type, outcome, loop.time() - started)
+        self._observer.call_finished(call_type, "success" if result.ok else "error", loop.time() - started)
         return result

@@ -22,6 +22,48 @@ def binding_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
 
 
+def status_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_condition(pod: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def condition_patch(
+    pod: Mapping[str, Any] | None, *, kind: str, status: str, reason: str, message: str
+) -> dict[str, Any] | None:
+    """A strategic-merge patch setting one condition (merge key ``type``), or None if nothing changes.
+
+    Only that condition is sent, so other conditions are never disturbed; the
+    transition time moves only when the status flips.
+    """
+    current = pod_condition(pod, kind)
+    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
+        status,
+        reason,
+        message,
+    ):
+        return None
+    transition = current.get("lastTransitionTime") if current and current.get("status") == status else None
+    condition = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": transition or _now(),
+    }
+    return {"status": {"conditions": [condition]}}
+
+
 def event_path(namespace: str) -> str:
     return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
 

@@ -40,10 +40,36 @@ class Registry:
 
 def in_tree_registry() -> Registry:
     """Every plugin usher ships, registered literally (no import-time side effects)."""
-    from usher.core.plugins import defaultbinder, noderesources, nodeunschedulable, queuesort, schedulinggates
+    from usher.core.plugins import (
+        defaultbinder,
+        interpodaffinity,
+        nodeaffinity,
+        nodename,
+        nodeports,
+        noderesources,
+        nodeunschedulable,
+        podtopologyspread,
+        queuesort,
+        schedulinggates,
+        tainttoleration,
+    )
+    from usher.core.plugins.noderesources import balanced
 
     registry = Registry()
-    for module in (queuesort, schedulinggates, nodeunschedulable, noderesources, defaultbinder):
+    for module in (
+        schedulinggates,
+        queuesort,
+        nodeunschedulable,
+        nodename,
+        tainttoleration,
+        nodeaffinity,
+        nodeports,
+        noderesources,
+        podtopologyspread,
+        interpodaffinity,
+        balanced,
+        defaultbinder,
+    ):
         registry.register(module.NAME, module.new)
     return registry
 

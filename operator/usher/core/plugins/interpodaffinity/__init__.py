@@ -1,0 +1,201 @@
+"""InterPodAffinity: place pods near, or away from, pods they name by labels. Pure.
+
+What: a filter for required pod affinity and anti-affinity (the incoming
+pod's, and existing pods' anti-affinity against it), and a score for
+preferred terms (the incoming pod's and existing pods') plus existing pods'
+required affinity weighted by ``hardPodAffinityWeight``, per topology domain
+(``topologyKey``: a node, a zone ...). Why: kube-scheduler's default plugin of
+the same name, with its semantics, reasons, codes and QueueingHints, so
+workloads written for it place the same way. See ``filtering`` and
+``scoring`` for the algorithms, ``hints`` for requeueing, README.md for the
+differences from kube-scheduler.
+
+PreFilter counts matching pods per topology pair once per cycle (O(pods in
+the cluster), O(pods on nodes with anti-affinity pods) when the incoming pod
+has no required terms of its own); Filter is then O(terms) per node. It
+skips itself when neither side has anything to enforce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.interface import (
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    FilterPlugin,
+    Handle,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    ScoreNormalizer,
+    ScorePlugin,
+)
+from usher.core.plugins.interpodaffinity.filtering import (
+    AFFINITY_RULES_NOT_MATCH,
+    ANTI_AFFINITY_RULES_NOT_MATCH,
+    EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
+    PreFilterState,
+    compute_state,
+    filter_node,
+)
+from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
+from usher.core.plugins.interpodaffinity.scoring import PreScoreState, normalize, score_node, topology_scores
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
+from usher.core.plugins.names import INTER_POD_AFFINITY
+from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
+from usher.core.selectors import SelectorError
+from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = INTER_POD_AFFINITY
+PRE_FILTER_STATE_KEY = "PreFilter" + NAME
+PRE_SCORE_STATE_KEY = "PreScore" + NAME
+ALL_NODES_KEY = NAME + "/allNodes"
+"""PreFilter's view of every node, kept for PreScore (which is handed only the feasible ones)."""
+
+DEFAULT_HARD_POD_AFFINITY_WEIGHT = 1
+MIN_HARD_POD_AFFINITY_WEIGHT = 0
+MAX_HARD_POD_AFFINITY_WEIGHT = 100
+
+__all__ = [
+    "AFFINITY_RULES_NOT_MATCH",
+    "ANTI_AFFINITY_RULES_NOT_MATCH",
+    "EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH",
+    "NAME",
+    "InterPodAffinity",
+    "InterPodAffinityArgs",
+    "new",
+    "parse_args",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InterPodAffinityArgs:
+    hard_pod_affinity_weight: int = DEFAULT_HARD_POD_AFFINITY_WEIGHT
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+
+def parse_args(args: Mapping[str, Any]) -> InterPodAffinityArgs:
+    reject_unknown_args(args, {"hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods"})
+    weight = args.get("hardPodAffinityWeight")
+    if weight is None:
+        weight = DEFAULT_HARD_POD_AFFINITY_WEIGHT
+    if (
+        not isinstance(weight, int)
+        or isinstance(weight, bool)
+        or not MIN_HARD_POD_AFFINITY_WEIGHT <= weight <= MAX_HARD_POD_AFFINITY_WEIGHT
+    ):
+        raise PluginArgsError(
+            "hardPodAffinityWeight",
+            f"{weight!r}: not in valid range [{MIN_HARD_POD_AFFINITY_WEIGHT}-{MAX_HARD_POD_AFFINITY_WEIGHT}]",
+        )
+    ignore = args.get("ignorePreferredTermsOfExistingPods", False)
+    if ignore is None:
+        ignore = False
+    if not isinstance(ignore, bool):
+        raise PluginArgsError("ignorePreferredTermsOfExistingPods", f"must be a boolean, got {ignore!r}")
+    return InterPodAffinityArgs(weight, ignore)
+
+
+class InterPodAffinity:
+    name = NAME
+
+    def __init__(self, args: InterPodAffinityArgs, handle: Handle) -> None:
+        self.args = args
+        self._handle = handle
+        self._terms = TermsCache()
+
+    # -- filtering -------------------------------------------------------------
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status]:
+        state.write(ALL_NODES_KEY, nodes)
+        try:
+            terms = pod_terms(pod)
+        except SelectorError as exc:
+            return None, unschedulable(f"parsing pod: {exc}", resolvable=False)
+        namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
+        computed = compute_state(pod, terms, nodes, self._terms, namespace_labels)
+        if not computed.has_work:
+            return None, Status(Code.SKIP)
+        state.write(PRE_FILTER_STATE_KEY, computed)
+        return None, SUCCESS
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        computed = state.get(PRE_FILTER_STATE_KEY)
+        if not isinstance(computed, PreFilterState):
+            return error(f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState')
+        return filter_node(computed, node)
+
+    # -- scoring ---------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
+        try:
+            terms = pod_terms(pod)
+        except SelectorError as exc:
+            return error(f"failed to parse pod: {exc}")
+        if self.args.ignore_preferred_terms_of_existing_pods and not terms.has_preferred:
+            return Status(Code.SKIP)
+        all_nodes = state.get(ALL_NODES_KEY)
+        computed = topology_scores(
+            pod,
+            terms,
+            nodes if all_nodes is None else all_nodes,
+            self._terms,
+            NamespaceLabelsCache(self._handle.namespace_labels),
+            hard_pod_affinity_weight=self.args.hard_pod_affinity_weight,
+        )
+        if computed is None:
+            return Status(Code.SKIP)
+        state.write(PRE_SCORE_STATE_KEY, computed)
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
+        computed = state.get(PRE_SCORE_STATE_KEY)
+        if not isinstance(computed, PreScoreState):
+            return 0, error(f'failed to read "{PRE_SCORE_STATE_KEY}" from cycleState')
+        return score_node(computed, node), SUCCESS
+
+    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        computed = state.get(PRE_SCORE_STATE_KEY)
+        if not isinstance(computed, PreScoreState):
+            return error(f'failed to read "{PRE_SCORE_STATE_KEY}" from cycleState')
+        normalize(computed, scores)
+        return SUCCESS
+
+    # -- requeueing ------------------------------------------------------------
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE),
+                hint=assigned_pod_changed,
+            ),
+            # kube's TargetPod/UpdatePodLabel: the rejected pod's own labels changed.
+            ClusterEventWithHint(
+                ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_LABEL), hint=own_labels_changed
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL), hint=node_changed
+            ),
+        ]
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:
+    return InterPodAffinity(parse_args(args), handle)
+
+
+_check_pre_filter: type[PreFilterPlugin] = InterPodAffinity
+_check_filter: type[FilterPlugin] = InterPodAffinity
+_check_pre_score: type[PreScorePlugin] = InterPodAffinity
+_check_score: type[ScorePlugin] = InterPodAffinity
+_check_normalizer: type[ScoreNormalizer] = InterPodAffinity
+_check_events: type[EnqueueExtensions] = InterPodAffinity

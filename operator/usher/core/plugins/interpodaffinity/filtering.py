@@ -1,0 +1,192 @@
+"""InterPodAffinity's PreFilter and Filter: counts per topology pair, computed once per cycle. Pure.
+
+PreFilter walks the cluster once and counts, per ``(topologyKey, value)``:
+
+- existing pods whose required anti-affinity terms match the incoming pod
+  (only nodes and pods flagged as having required anti-affinity are visited);
+- existing pods matching *all* of the incoming pod's required affinity terms
+  (counted once per term's topology pair of the pod's node);
+- existing pods matching each of the incoming pod's required anti-affinity terms.
+
+Filter then answers per node in O(terms) with dictionary lookups, in
+kube-scheduler's order and with its reasons and codes:
+
+1. affinity: every term's topology key must be on the node and its domain
+   must hold a matching pod, unless no pod anywhere matches and the pod
+   matches its own terms (the first pod of a group) ->
+   UnschedulableAndUnresolvable "node(s) didn't match pod affinity rules";
+2. the incoming pod's anti-affinity -> Unschedulable
+   "node(s) didn't match pod anti-affinity rules";
+3. existing pods' anti-affinity (symmetry) -> Unschedulable
+   "node(s) didn't satisfy existing pods anti-affinity rules".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from usher.core.plugins.interpodaffinity.terms import (
+    AffinityTerm,
+    NamespaceLabelsOf,
+    PodTerms,
+    TermsCache,
+    matches_all,
+)
+from usher.core.types import SUCCESS, PodInfo, Status, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+
+AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+TopologyPair = tuple[str, str]
+
+
+@dataclass(slots=True)
+class PreFilterState:
+    terms: PodTerms
+    affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    """Pods matching all the incoming pod's required affinity terms, per topology pair."""
+    anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    """Pods matching one of the incoming pod's required anti-affinity terms, per topology pair."""
+    existing_anti_affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
+    """Existing pods' required anti-affinity terms matching the incoming pod, per topology pair."""
+    existing_anti_affinity_keys: frozenset[str] = frozenset()
+    matches_own_affinity: bool = False
+    """The incoming pod matches all its own required affinity terms (first pod of a group)."""
+
+    @property
+    def has_work(self) -> bool:
+        return self.terms.has_required or bool(self.existing_anti_affinity_counts)
+
+
+def _count(counts: dict[TopologyPair, int], labels: Mapping[str, str], key: str) -> None:
+    value = labels.get(key)
+    if value is not None:
+        pair = (key, value)
+        counts[pair] = counts.get(pair, 0) + 1
+
+
+def existing_anti_affinity_counts(
+    pod: PodInfo, nodes: Sequence[NodeInfo], cache: TermsCache, pod_ns_labels: Mapping[str, str]
+) -> dict[TopologyPair, int]:
+    """Topology pairs where an existing pod's required anti-affinity rejects ``pod``."""
+    counts: dict[TopologyPair, int] = {}
+
+    def ns_labels_of(_: str) -> Mapping[str, str]:
+        return pod_ns_labels
+
+    for node in nodes:
+        if node.pods_with_required_anti_affinity <= 0:
+            continue
+        labels = node.labels
+        for existing in node.pods.values():
+            if not existing.has_required_anti_affinity:
+                continue
+            for term in cache.get(existing).required_anti_affinity:
+                if term.matches_pod(pod, ns_labels_of):
+                    _count(counts, labels, term.topology_key)
+    return counts
+
+
+def incoming_counts(
+    affinity: tuple[AffinityTerm, ...],
+    anti_affinity: tuple[AffinityTerm, ...],
+    nodes: Sequence[NodeInfo],
+    ns_labels_of: NamespaceLabelsOf,
+) -> tuple[dict[TopologyPair, int], dict[TopologyPair, int]]:
+    """(affinity counts, anti-affinity counts) of existing pods against the incoming pod's required terms."""
+    affinity_counts: dict[TopologyPair, int] = {}
+    anti_counts: dict[TopologyPair, int] = {}
+    if not affinity and not anti_affinity:
+        return affinity_counts, anti_counts
+    for node in nodes:
+        labels = node.labels
+        for existing in node.pods.values():
+            namespace, pod_labels = existing.namespace, existing.labels
+            if affinity:
+                for term in affinity:
+                    if not term.matches(namespace, pod_labels, ns_labels_of):
+                        break
+                else:  # one pod matching every term counts in each term's domain
+                    for term in affinity:
+                        _count(affinity_counts, labels, term.topology_key)
+            for term in anti_affinity:
+                if term.matches(namespace, pod_labels, ns_labels_of):
+                    _count(anti_counts, labels, term.topology_key)
+    return affinity_counts, anti_counts
+
+
+def compute_state(
+    pod: PodInfo,
+    terms: PodTerms,
+    nodes: Sequence[NodeInfo],
+    cache: TermsCache,
+    ns_labels_of: NamespaceLabelsOf,
+) -> PreFilterState:
+    """Everything Filter needs, in one walk over the cluster's pods (O(total pods))."""
+    pod_ns_labels = ns_labels_of(pod.namespace) or {}
+    existing = existing_anti_affinity_counts(pod, nodes, cache, pod_ns_labels)
+    affinity, anti = incoming_counts(terms.required_affinity, terms.required_anti_affinity, nodes, ns_labels_of)
+    return PreFilterState(
+        terms=terms,
+        affinity_counts=affinity,
+        anti_affinity_counts=anti,
+        existing_anti_affinity_counts=existing,
+        existing_anti_affinity_keys=frozenset(key for key, _ in existing),
+        matches_own_affinity=matches_all(terms.required_affinity, pod, ns_labels_of),
+    )
+
+
+def satisfies_affinity(state: PreFilterState, labels: Mapping[str, str]) -> bool:
+    terms = state.terms.required_affinity
+    if not terms:
+        return True
+    pods_exist = True
+    for term in terms:
+        value = labels.get(term.topology_key)
+        if value is None:
+            return False  # every topology key must be on the node, also for the first pod of a group
+        if state.affinity_counts.get((term.topology_key, value), 0) <= 0:
+            pods_exist = False
+    if pods_exist:
+        return True
+    # The first pod of a group with affinity to itself: no pod anywhere matches yet.
+    return not state.affinity_counts and state.matches_own_affinity
+
+
+def violates_anti_affinity(state: PreFilterState, labels: Mapping[str, str]) -> bool:
+    counts = state.anti_affinity_counts
+    if not counts:
+        return False
+    for term in state.terms.required_anti_affinity:
+        value = labels.get(term.topology_key)
+        if value is not None and counts.get((term.topology_key, value), 0) > 0:
+            return True
+    return False
+
+
+def violates_existing_anti_affinity(state: PreFilterState, labels: Mapping[str, str]) -> bool:
+    counts = state.existing_anti_affinity_counts
+    if not counts:
+        return False
+    for key in state.existing_anti_affinity_keys:
+        value = labels.get(key)
+        if value is not None and counts.get((key, value), 0) > 0:
+            return True
+    return False
+
+
+def filter_node(state: PreFilterState, node: NodeInfo) -> Status:
+    labels = node.labels
+    if not satisfies_affinity(state, labels):
+        return unschedulable(AFFINITY_RULES_NOT_MATCH, resolvable=False)
+    if violates_anti_affinity(state, labels):
+        return unschedulable(ANTI_AFFINITY_RULES_NOT_MATCH)
+    if violates_existing_anti_affinity(state, labels):
+        return unschedulable(EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+    return SUCCESS

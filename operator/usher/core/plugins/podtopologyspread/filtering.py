@@ -1,0 +1,93 @@
+"""PodTopologySpread's hard constraints (``whenUnsatisfiable: DoNotSchedule``): PreFilter and Filter. Pure.
+
+PreFilter walks every node once (O(pods on the nodes) x constraints) and
+counts, per constraint and topology domain, the pods of the incoming pod's
+namespace that the constraint's selector matches, skipping terminating pods.
+A node counts only if it carries every constraint's topology key and passes
+the constraint's inclusion policies (nodeAffinityPolicy, nodeTaintsPolicy).
+Filter is then O(constraints) per node:
+
+    skew = pods in the node's domain + (1 if the pod matches its own selector) - global minimum
+    reject when skew > maxSkew
+
+where the global minimum is the smallest domain count, or 0 while fewer
+domains than ``minDomains`` are eligible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from usher.core.plugins.podtopologyspread.constraints import (
+    Constraint,
+    Inclusion,
+    has_all_topology_keys,
+    included,
+)
+from usher.core.types import SUCCESS, PodInfo, Status, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+
+ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
+ERR_REASON_NODE_LABEL_NOT_MATCH = ERR_REASON_CONSTRAINTS_NOT_MATCH + " (missing required label)"
+_NO_DOMAIN = 2**31 - 1  # kube-scheduler's math.MaxInt32 "no eligible domain yet"
+
+
+@dataclass(slots=True)
+class PreFilterState:
+    constraints: list[Constraint]
+    counts: list[dict[str, int]]
+    """Per constraint: topology value -> matching pods in that domain (eligible domains only)."""
+    min_match: list[int]
+
+    def global_min(self, index: int) -> int:
+        """The smallest domain count, or 0 while fewer than ``minDomains`` domains are eligible."""
+        if len(self.counts[index]) < self.constraints[index].min_domains:
+            return 0
+        return self.min_match[index]
+
+
+def compute_pre_filter_state(pod: PodInfo, constraints: list[Constraint], nodes: Sequence[NodeInfo]) -> PreFilterState:
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    inclusion = Inclusion(pod, constraints)
+    counting = [c.counts_pods for c in constraints]
+    namespace = pod.namespace
+    for node in nodes:
+        if not node.exists:
+            continue
+        labels = node.labels
+        if not has_all_topology_keys(labels, constraints):
+            continue
+        affinity_ok, taints_ok = inclusion.for_node(node)
+        active = [i for i, c in enumerate(constraints) if included(c, affinity_ok, taints_ok)]
+        if not active:
+            continue
+        matched = dict.fromkeys(active, 0)
+        wanted = [i for i in active if counting[i]]
+        if wanted:
+            for other in node.pods.values():
+                if other.deleting or other.namespace != namespace:
+                    continue
+                for i in wanted:
+                    if constraints[i].matches(other.labels):
+                        matched[i] += 1
+        for i, count in matched.items():
+            value = labels[constraints[i].topology_key]
+            counts[i][value] = counts[i].get(value, 0) + count
+    min_match = [min(domain.values(), default=_NO_DOMAIN) for domain in counts]
+    return PreFilterState(constraints, counts, min_match)
+
+
+def filter_node(state: PreFilterState, pod: PodInfo, node: NodeInfo) -> Status:
+    for i, constraint in enumerate(state.constraints):
+        value = node.labels.get(constraint.topology_key)
+        if value is None:
+            return unschedulable(ERR_REASON_NODE_LABEL_NOT_MATCH, resolvable=False)
+        self_match = 1 if constraint.matches(pod.labels) else 0
+        skew = state.counts[i].get(value, 0) + self_match - state.global_min(i)
+        if skew > constraint.max_skew:
+            return unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
+    return SUCCESS
