@@ -1,0 +1,166 @@
+"""A fault-injecting HTTP proxy in front of the real kube-apiserver, for e2e tests.
+
+usher talks plain HTTP to the proxy on loopback; the proxy forwards every
+request (watches stream through unchanged) to the apiserver over TLS with the
+admin client certificate, except the calls a test asked to fail: those get a
+real-looking ``Status`` with the chosen HTTP code before ever reaching the
+apiserver. It runs its own event loop in a thread, so tests stay synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import ssl
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from e2e.controlplane import ControlPlane, free_ports
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
+
+
+@dataclass
+class Fault:
+    """Answer the first ``times`` requests matching ``method`` and ``path`` (a regex) with ``status``."""
+
+    method: str
+    path: str
+    status: int
+    times: int
+    retry_after: str | None = None
+    injected: int = 0
+
+
+@dataclass
+class FaultProxy:
+    control_plane: ControlPlane
+    faults: list[Fault] = field(default_factory=list)
+    seen: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "proxy", "cluster": {"server": self.url}}],
+                    "users": [{"name": "anonymous-through-proxy", "user": {}}],
+                    "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "anonymous-through-proxy"}}],
+                    "current-context": "proxy",
+                }
+            )
+        )
+        return path
+
+    def count(self, method: str, pattern: str, status: int) -> int:
+        regex = re.compile(pattern)
+        return sum(n for (m, p, s), n in self.seen.items() if m == method and s == status and regex.search(p))
+
+    async def _handle(self, request: web.Request, session: aiohttp.ClientSession) -> web.StreamResponse:
+        path = request.path_qs
+        for fault in self.faults:
+            if fault.method == request.method and re.search(fault.path, request.path) and fault.injected < fault.times:
+                fault.injected += 1
+                self.seen[(request.method, request.path, fault.status)] += 1
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                body = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": fault.status,
+                    "message": f"injected by the e2e fault proxy ({fault.injected}/{fault.times})",
+                }
+                return web.json_response(body, status=fault.status, headers=headers)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        data = await request.read()
+        upstream = await session.request(
+            request.method, self.control_plane.server + path, headers=headers, data=data or None, timeout=None
+        )
+        self.seen[(request.method, request.path, upstream.status)] += 1
+        response = web.StreamResponse(
+            status=upstream.status,
+            headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
+        )
+        await response.prepare(request)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientError):
+            pass  # the client hung up on a watch: stop relaying it
+        finally:
+            upstream.release()
+        return response
+
+
+@contextmanager
+def running(control_plane: ControlPlane, faults: list[Fault]) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(control_plane, faults, port=free_ports(1)[0])
+    admin = yaml.safe_load(control_plane.kubeconfig.read_text())["users"][0]["user"]
+    workdir = control_plane.workdir / "fault-proxy"
+    workdir.mkdir(exist_ok=True)
+    cert, key = workdir / "admin.crt", workdir / "admin.key"
+    cert.write_bytes(base64.b64decode(admin["client-certificate-data"]))
+    key.write_bytes(base64.b64decode(admin["client-key-data"]))
+    context = ssl.create_default_context(cafile=str(control_plane.pki.ca_crt))
+    context.load_cert_chain(str(cert), str(key))
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+
+    async def serve() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        handlers: set[asyncio.Task[object]] = set()
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            task = asyncio.current_task()
+            assert task is not None
+            handlers.add(task)
+            try:
+                return await proxy._handle(request, session)
+            finally:
+                handlers.discard(task)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", proxy.port).start()
+        ready.set()
+        await stop.wait()
+        for task in list(handlers):  # open watches would otherwise hold the shutdown for a minute
+            task.cancel()
+        await session.close()
+        await runner.cleanup()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), name="fault-proxy", daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("the fault proxy did not start")
+    try:
+        yield proxy
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+
+
+__all__ = ["Fault", "FaultProxy", "running"]
