@@ -157,6 +157,13 @@ class Scheduler:
         label = self.handlers.on_node(event_type, raw)
         self._after_event(label, started)
 
+    def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        name = str((raw.get("metadata") or {}).get("name") or "")
+        if event_type == "DELETED":
+            self.cache.remove_namespace(name)
+        else:
+            self.cache.set_namespace(name, (raw.get("metadata") or {}).get("labels") or {})
+
     def mark_synced(self) -> None:
         if not self.synced.is_set():
             logger.info("cache synced: %d nodes, %d pods queued", self.cache.node_count, len(self.queue))

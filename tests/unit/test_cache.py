@@ -91,3 +91,15 @@ def test_a_deleted_node_keeps_counting_its_pods_until_they_go(cache: Cache) -> N
     assert cache.node_infos() == []
     cache.add_or_update_node(make_node().name("n1").obj())
     assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def test_the_node_list_follows_adds_and_removes() -> None:
+    cache = Cache()
+    cache.add_or_update_node(make_node().name("b").obj())
+    assert [n.name for n in cache.node_infos()] == ["b"]
+    cache.add_or_update_node(make_node().name("a").obj())
+    assert [n.name for n in cache.node_infos()] == ["a", "b"]
+    cache.add_or_update_node(make_node().name("a").label("x", "y").obj())  # an update keeps the list
+    assert cache.node_infos()[0].labels == {"x": "y"}
+    cache.remove_node("b")
+    assert [n.name for n in cache.node_infos()] == ["a"]

@@ -1,4 +1,6 @@
-"""kopf handlers that feed watch events of Pods and Nodes into the scheduler.
+"""kopf handlers that feed watch events of Pods, Nodes and Namespaces into the scheduler.
+
+Namespaces are watched only for their labels (InterPodAffinity's namespaceSelector).
 
 Only watch-level handlers are used, so kopf writes nothing to pods or nodes
 (no finalizers, no annotations). Adds and updates arrive through
@@ -24,6 +26,8 @@ class WatchSink(Protocol):
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
 
+    def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
+
     def mark_synced(self) -> None: ...
 
 
@@ -35,8 +39,10 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
         try:
             if kind == "pod":
                 sink.on_pod(event_type, raw)
-            else:
+            elif kind == "node":
                 sink.on_node(event_type, raw)
+            else:
+                sink.on_namespace(event_type, raw)
         except Exception:
             # A bug on one object must not stop the watch of all the others.
             meta = body.metadata
@@ -49,6 +55,15 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
     @kopf.index("", "v1", "nodes", registry=registry)
     async def nodes_feed(body: kopf.Body, **_: Any) -> None:
         deliver("node", "MODIFIED", body)
+
+    @kopf.index("", "v1", "namespaces", registry=registry)
+    async def namespaces_feed(body: kopf.Body, **_: Any) -> None:
+        deliver("namespace", "MODIFIED", body)
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def namespaces_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            deliver("namespace", "DELETED", body)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pods_event(type: str | None, body: kopf.Body, **_: Any) -> None:

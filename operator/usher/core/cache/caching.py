@@ -39,6 +39,8 @@ class Cache:
         self._assumed: dict[PodKey, _Assumed] = {}
         self._assumed_ttl = assumed_ttl
         self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._node_list: list[NodeInfo] | None = None
+        """Existing nodes in name order, rebuilt only when a node appears or goes."""
 
     # -- nodes ---------------------------------------------------------------
 
@@ -47,6 +49,8 @@ class Cache:
         info = self._nodes.get(name)
         if info is None:
             info = self._nodes[name] = NodeInfo(name=name)
+        if not info.exists:
+            self._node_list = None
         info.set_node(raw)
         return info
 
@@ -54,6 +58,7 @@ class Cache:
         info = self._nodes.get(NodeName(name))
         if info is None:
             return
+        self._node_list = None
         if info.pods:
             # Keep counting its pods: they may still be running until deleted.
             info.raw = None
@@ -133,8 +138,14 @@ class Cache:
     # -- reading -------------------------------------------------------------
 
     def node_infos(self) -> list[NodeInfo]:
-        """Existing nodes, in name order (a stable base for sampling and tie-breaks)."""
-        return sorted((i for i in self._nodes.values() if i.exists), key=lambda i: i.name)
+        """Existing nodes, in name order (a stable base for sampling and tie-breaks).
+
+        This is the cycle's snapshot: the cycle runs synchronously on the event
+        loop, so no watch event changes a NodeInfo while a pod is being placed.
+        """
+        if self._node_list is None:
+            self._node_list = sorted((i for i in self._nodes.values() if i.exists), key=lambda i: i.name)
+        return self._node_list
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(NodeName(name))
