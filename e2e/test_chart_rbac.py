@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from e2e.controlplane import ControlPlane, cache_dir, read_versions, wait_for
+from e2e.dra_driver import Driver, claim
+from e2e.test_dra import claim_pod
 from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 
@@ -79,18 +81,31 @@ def test_usher_schedules_with_only_the_charts_permissions(
             }
         )
     )
-    kwok_nodes("n")
+    node = kwok_nodes("n")
+    driver = Driver(core_api.api_client, f"{release}-gpu")
+    driver.publish_class()
+    driver.publish_node(node, devices=1)
+    driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
     log = control_plane.logs_dir / f"usher-{release}.log"
-    with UsherProcess(kubeconfig=kubeconfig, scheduler_name=release, log_path=log) as usher:
-        usher.start()
-        core_api.create_namespaced_pod(namespace, pod_manifest("p", release))
-        wait_for(lambda: core_api.read_namespaced_pod("p", namespace).spec.node_name, 30, "the pod bound")
-        events = kubernetes.client.EventsV1Api(core_api.api_client)
-        wait_for(
-            lambda: [e for e in events.list_namespaced_event(namespace).items if e.reason == "Scheduled"],
-            30,
-            "the Scheduled Event",
-        )
-        assert usher.terminate() == 0
+    try:
+        with UsherProcess(kubeconfig=kubeconfig, scheduler_name=release, log_path=log) as usher:
+            usher.start()
+            core_api.create_namespaced_pod(namespace, pod_manifest("p", release))
+            core_api.create_namespaced_pod(namespace, claim_pod("with-device", release, claim_name="gpu"))
+            wait_for(lambda: core_api.read_namespaced_pod("p", namespace).spec.node_name, 30, "the pod bound")
+            wait_for(
+                lambda: core_api.read_namespaced_pod("with-device", namespace).spec.node_name,
+                30,
+                "the pod with a device claim bound (claim finalizer, allocation and reservation written)",
+            )
+            events = kubernetes.client.EventsV1Api(core_api.api_client)
+            wait_for(
+                lambda: [e for e in events.list_namespaced_event(namespace).items if e.reason == "Scheduled"],
+                30,
+                "the Scheduled Event",
+            )
+            assert usher.terminate() == 0
+    finally:
+        driver.cleanup()
     text = log.read_text()
     assert "forbidden" not in text.lower(), text[-3000:]

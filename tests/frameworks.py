@@ -6,6 +6,7 @@ The binder and waiting-pods ports are the only fakes: everything else
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,8 @@ import yaml
 
 from usher.config import build_framework, default_config, parse_config
 from usher.core.clock import FakeClock
+from usher.core.dra.ports import WriteResult
+from usher.core.dra.state import DraState
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import QueueOptions, SchedulingQueue
@@ -39,10 +42,46 @@ class NoWaiting:
 
 
 @dataclass
+class RecordingClaimWriter:
+    """Records claim writes; answers them with the written object and a bumped resourceVersion."""
+
+    writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    removed: list[tuple[str, str, str]] = field(default_factory=list)
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _answer(self, kind: str, claim: Mapping[str, Any]) -> WriteResult:
+        body = copy.deepcopy(dict(claim))
+        self.writes.append((kind, body))
+        status = self.answers.pop(0) if self.answers else 200
+        if status != 200:
+            return WriteResult(status, {"message": f"HTTP {status}"})
+        meta = body.setdefault("metadata", {})
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+        self.stored[f"{meta.get('namespace')}/{meta.get('name')}"] = body
+        return WriteResult(200, body)
+
+    async def get(self, namespace: str, name: str) -> WriteResult:
+        stored = self.stored.get(f"{namespace}/{name}")
+        return WriteResult(200, stored) if stored else WriteResult(404, {"message": "not found"})
+
+    async def update(self, claim: Mapping[str, Any]) -> WriteResult:
+        return self._answer("update", claim)
+
+    async def update_status(self, claim: Mapping[str, Any]) -> WriteResult:
+        return self._answer("status", claim)
+
+    def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
+        self.removed.append((f"{namespace}/{name}", claim_uid, pod_uid))
+
+
+@dataclass
 class FakeHandle:
     binder: RecordingBinder = field(default_factory=RecordingBinder)
     waiting_pods: NoWaiting = field(default_factory=NoWaiting)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    dra: DraState = field(default_factory=DraState)
+    claims: RecordingClaimWriter = field(default_factory=RecordingClaimWriter)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import kopf
 
 from usher.adapters import watching
+from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
@@ -76,6 +77,7 @@ async def run(options: RunOptions) -> None:
         clock=MonotonicClock(),
         metrics=metrics,
         dispatcher=dispatcher,
+        claim_writer=DispatcherClaimWriter(dispatcher, api),
         seed=options.seed,
     )
 

@@ -146,6 +146,7 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.NODE_RESOURCES_FIT, weight=1),
     PluginRef(names.POD_TOPOLOGY_SPREAD, weight=2),
     PluginRef(names.INTER_POD_AFFINITY, weight=2),
+    PluginRef(names.DYNAMIC_RESOURCES),
     PluginRef(names.NODE_RESOURCES_BALANCED_ALLOCATION, weight=1),
     PluginRef(names.DEFAULT_BINDER),
 )

@@ -28,6 +28,8 @@ from usher.config import FeatureGates, SchedulerConfig, build_framework, parse_f
 from usher.core.cache import Cache
 from usher.core.clock import Clock
 from usher.core.cycle import NodeSampler, schedule
+from usher.core.dra.ports import ClaimWriter
+from usher.core.dra.state import DraState
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import Binder
 from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
@@ -84,6 +86,8 @@ class _Handle:
     binder: Binder
     waiting_pods: WaitingPods
     cache: Cache
+    dra: DraState
+    claims: ClaimWriter
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
@@ -97,6 +101,7 @@ class Scheduler:
         clock: Clock,
         metrics: Metrics,
         dispatcher: Dispatcher,
+        claim_writer: ClaimWriter,
         gates: FeatureGates | None = None,
         registry: Registry | None = None,
         seed: int | None = None,
@@ -109,7 +114,14 @@ class Scheduler:
         registry = registry or in_tree_registry()
         self.waiting_pods = WaitingPods()
         self.cache = Cache()
-        handle = _Handle(binder=DispatcherBinder(dispatcher), waiting_pods=self.waiting_pods, cache=self.cache)
+        self.dra = DraState()
+        handle = _Handle(
+            binder=DispatcherBinder(dispatcher),
+            waiting_pods=self.waiting_pods,
+            cache=self.cache,
+            dra=self.dra,
+            claims=claim_writer,
+        )
         self.frameworks: dict[str, Framework] = {
             profile.scheduler_name: build_framework(profile, registry=registry, handle=handle, recorder=metrics)
             for profile in config.profiles
@@ -129,7 +141,7 @@ class Scheduler:
             ),
             recorder=metrics,
         )
-        self.handlers = EventHandlers(self.cache, self.queue, set(self.frameworks))
+        self.handlers = EventHandlers(self.cache, self.queue, set(self.frameworks), dra=self.dra)
         metrics.watch_queue(self.queue)
         self.synced = asyncio.Event()
         self._wake = asyncio.Event()
@@ -155,6 +167,11 @@ class Scheduler:
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         started = time.perf_counter()
         label = self.handlers.on_node(event_type, raw)
+        self._after_event(label, started)
+
+    def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        started = time.perf_counter()
+        label = self.handlers.on_dra(kind, event_type, raw)
         self._after_event(label, started)
 
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:

@@ -57,7 +57,7 @@ profiles:
 
 def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     fw = build_framework(parse("").profiles[0], registry=in_tree_registry(), handle=FakeHandle())
-    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates"]
+    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources"]
     assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
     assert [p.name for p in fw.plugins.filter] == [
         "NodeUnschedulable",
@@ -68,6 +68,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
         "NodeResourcesFit",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     ]
     assert [(p.name, w) for p, w in fw.plugins.score] == [
         ("TaintToleration", 3),

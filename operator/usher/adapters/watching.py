@@ -28,6 +28,10 @@ class WatchSink(Protocol):
 
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
 
+    def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """``kind`` is resourceclaims, resourceslices or deviceclasses (resource.k8s.io/v1)."""
+        ...
+
     def mark_synced(self) -> None: ...
 
 
@@ -41,8 +45,10 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
                 sink.on_pod(event_type, raw)
             elif kind == "node":
                 sink.on_node(event_type, raw)
-            else:
+            elif kind == "namespace":
                 sink.on_namespace(event_type, raw)
+            else:
+                sink.on_dra(kind, event_type, raw)
         except Exception:
             # A bug on one object must not stop the watch of all the others.
             meta = body.metadata
@@ -65,6 +71,9 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
         if type == "DELETED":
             deliver("namespace", "DELETED", body)
 
+    for plural in DRA_RESOURCES:
+        _register_dra(registry, plural, deliver)
+
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pods_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         sink.mark_synced()
@@ -76,3 +85,19 @@ def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
         sink.mark_synced()
         if type == "DELETED":
             deliver("node", "DELETED", body)
+
+
+DRA_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")
+
+
+def _register_dra(registry: kopf.OperatorRegistry, plural: str, deliver: Any) -> None:
+    """Watch one resource.k8s.io/v1 kind: adds/updates through an index, deletions through on.event."""
+
+    @kopf.index("resource.k8s.io", "v1", plural, registry=registry, id=f"{plural}_feed")
+    async def feed(body: kopf.Body, **_: Any) -> None:
+        deliver(plural, "MODIFIED", body)
+
+    @kopf.on.event("resource.k8s.io", "v1", plural, registry=registry, id=f"{plural}_event")
+    async def event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            deliver(plural, "DELETED", body)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from usher.core.cache import Cache
+from usher.core.dra.state import DraState
 from usher.core.events import (
     ASSIGNED_POD_ADD,
     ASSIGNED_POD_DELETE,
@@ -29,6 +30,9 @@ from usher.core.events import (
     POD_ADD,
     UNSCHEDULED_POD_DELETE,
     UNSCHEDULED_POD_UPDATE,
+    ActionType,
+    ClusterEvent,
+    Resource,
     node_update_events,
     pod_update_events,
 )
@@ -51,6 +55,7 @@ class EventHandlers:
     cache: Cache
     queue: SchedulingQueue
     scheduler_names: Collection[str]
+    dra: DraState = field(default_factory=DraState)
     malformed: list[Malformed] = field(default_factory=list)
     _seen_versions: dict[PodKey, str] = field(default_factory=dict)
 
@@ -60,6 +65,7 @@ class EventHandlers:
         key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         if event_type == DELETED:
             self._seen_versions.pop(key, None)
+            self.dra.index.update_pod(key, key.split("/", 1)[0], None)
             return self._pod_gone(key)
         version = str(meta.get("resourceVersion") or "")
         if version and self._seen_versions.get(key) == version:
@@ -72,6 +78,7 @@ class EventHandlers:
             if (raw.get("spec") or {}).get("schedulerName") in self.scheduler_names:
                 self.malformed.append(Malformed(pod=raw, message=str(exc)))
             return "PodMalformed"
+        self.dra.index.update_pod(key, pod.namespace, None if pod.assigned else raw)
         if pod.assigned and not pod.terminal:
             return self._assigned(pod)
         if pod.assigned:  # terminal: its resources are free again
@@ -128,3 +135,30 @@ class EventHandlers:
         for event in node_update_events(old_raw, raw):
             self.queue.move_all(event, old_raw, raw)
         return "NodeUpdate"
+
+    def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> str:
+        """ResourceClaims, ResourceSlices, DeviceClasses: update the DRA state, raise the cluster event."""
+        deleted = event_type == DELETED
+        if kind == "resourceclaims":
+            old, new = self.dra.on_claim(deleted, raw)
+            if old is None and new is None:
+                return ""
+            action = ActionType.ADD if old is None else ActionType.DELETE if new is None else ActionType.UPDATE
+            event = ClusterEvent(Resource.RESOURCE_CLAIM, action)
+            self.queue.move_all(event, old.raw if old else None, new.raw if new else None)
+            return event.label
+        name = str((raw.get("metadata") or {}).get("name"))
+        if kind == "resourceslices":
+            old_slice = self.dra.slices.get(name)
+            self.dra.on_slice(deleted, raw)
+            resource = Resource.RESOURCE_SLICE
+            old_raw = old_slice.raw if old_slice is not None else None
+        else:
+            old_class = self.dra.classes.get(name)
+            self.dra.on_class(deleted, raw)
+            resource = Resource.DEVICE_CLASS
+            old_raw = old_class.raw if old_class is not None else None
+        action = ActionType.DELETE if deleted else ActionType.ADD if old_raw is None else ActionType.UPDATE
+        event = ClusterEvent(resource, action)
+        self.queue.move_all(event, old_raw, None if deleted else raw)
+        return event.label

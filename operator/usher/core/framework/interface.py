@@ -17,6 +17,8 @@ from usher.core.types import NodeName, PodInfo, PodKey, QueueingHint, Status
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
+    from usher.core.dra.ports import ClaimWriter
+    from usher.core.dra.state import DraState
     from usher.core.framework.cycle_state import CycleState
     from usher.core.queue.queuedpod import QueuedPod
 
@@ -185,6 +187,16 @@ class Handle(Protocol):
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         """Labels of a namespace (for namespaceSelector terms); None if usher has not seen it."""
+        ...
+
+    @property
+    def dra(self) -> DraState:
+        """ResourceClaims, slices, classes, in-flight allocations (DynamicResources)."""
+        ...
+
+    @property
+    def claims(self) -> ClaimWriter:
+        """The port for ResourceClaim writes (DynamicResources' PreBind)."""
         ...
 
 

@@ -10,6 +10,7 @@ NODE_PORTS = "NodePorts"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
 POD_TOPOLOGY_SPREAD = "PodTopologySpread"
 INTER_POD_AFFINITY = "InterPodAffinity"
+DYNAMIC_RESOURCES = "DynamicResources"
 NODE_RESOURCES_BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 DEFAULT_BINDER = "DefaultBinder"
 

@@ -42,6 +42,7 @@ def in_tree_registry() -> Registry:
     """Every plugin usher ships, registered literally (no import-time side effects)."""
     from usher.core.plugins import (
         defaultbinder,
+        dynamicresources,
         interpodaffinity,
         nodeaffinity,
         nodename,
@@ -67,6 +68,7 @@ def in_tree_registry() -> Registry:
         noderesources,
         podtopologyspread,
         interpodaffinity,
+        dynamicresources,
         balanced,
         defaultbinder,
     ):

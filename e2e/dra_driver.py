@@ -1,0 +1,93 @@
+"""A test DRA "driver" for e2e tests: it publishes a DeviceClass and ResourceSlices for kwok nodes.
+
+Real drivers run a kubelet plugin per node that publishes the node's devices;
+kwok nodes have no kubelet, so the test publishes the same objects itself
+through the real API server. Nothing else about DRA is faked: the
+resourceclaim controller in kube-controller-manager makes claims from
+templates and deallocates them, usher allocates and reserves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes.client
+
+DRIVER = "gpu.e2e.usher.dev"
+
+
+def device_class(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+
+
+def node_slice(node: str, devices: int, *, model: str = "a100", memory: str = "40Gi") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": model}, "index": {"int": i}},
+                    "capacity": {"memory": {"value": memory}},
+                }
+                for i in range(devices)
+            ],
+        },
+    }
+
+
+def claim_spec(device_class_name: str, selector: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def claim_template(name: str, device_class_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": claim_spec(device_class_name)},
+    }
+
+
+def claim(name: str, device_class_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": claim_spec(device_class_name),
+    }
+
+
+class Driver:
+    """Publishes and cleans up a class and per-node slices through the real API."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, class_name: str) -> None:
+        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self.class_name = class_name
+        self.slices: list[str] = []
+
+    def publish_class(self) -> None:
+        self.resource.create_device_class(device_class(self.class_name))
+
+    def publish_node(self, node: str, devices: int) -> None:
+        body = node_slice(node, devices)
+        self.resource.create_resource_slice(body)
+        self.slices.append(body["metadata"]["name"])
+
+    def cleanup(self) -> None:
+        for name in self.slices:
+            self.resource.delete_resource_slice(name)
+        self.resource.delete_device_class(self.class_name)

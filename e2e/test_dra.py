@@ -1,0 +1,152 @@
+"""Dynamic Resource Allocation against the real API server and kube-controller-manager.
+
+A test driver publishes a DeviceClass and one ResourceSlice per kwok node;
+kube-controller-manager turns ResourceClaimTemplates into claims and
+deallocates claims whose pods are gone; usher allocates devices, reserves
+claims and binds pods. Every assertion reads the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from e2e.controlplane import wait_for
+from e2e.dra_driver import DRIVER, Driver, claim, claim_template
+from e2e.test_scheduling import pod_manifest
+from e2e.usher_process import UsherProcess
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def driver(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Driver]:
+    published = Driver(core_api.api_client, f"{test_id[:40]}-gpu")
+    published.publish_class()
+    yield published
+    published.cleanup()
+
+
+def claim_pod(
+    name: str, scheduler: str, *, template: str | None = None, claim_name: str | None = None
+) -> dict[str, Any]:
+    pod = pod_manifest(name, scheduler, cpu="10m", memory="16Mi")
+    entry: dict[str, Any] = {"name": "gpu"}
+    if template:
+        entry["resourceClaimTemplateName"] = template
+    else:
+        entry["resourceClaimName"] = claim_name
+    pod["spec"]["resourceClaims"] = [entry]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return pod
+
+
+def claims_in(resource: kubernetes.client.ResourceV1Api, namespace: str) -> list[dict[str, Any]]:
+    items = resource.list_namespaced_resource_claim(namespace).items
+    return [resource.api_client.sanitize_for_serialization(c) for c in items]
+
+
+def test_200_pods_with_template_claims_get_distinct_devices_on_20_nodes(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    nodes = [kwok_nodes(f"g{i:02d}", cpu="64", memory="256Gi", pods=110) for i in range(20)]
+    for node in nodes:
+        driver.publish_node(node, devices=10)
+    driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("one-gpu", driver.class_name))
+    scheduler = usher()
+    for i in range(200):
+        core_api.create_namespaced_pod(namespace, claim_pod(f"p{i:03d}", scheduler.scheduler_name, template="one-gpu"))
+
+    def bound() -> int:
+        return sum(1 for p in core_api.list_namespaced_pod(namespace).items if p.spec.node_name)
+
+    wait_for(lambda: bound() == 200, 180, "200 pods bound")
+    pods = {p.metadata.uid: p for p in core_api.list_namespaced_pod(namespace).items}
+    devices: Counter[tuple[str, str, str]] = Counter()
+    for item in claims_in(driver.resource, namespace):
+        allocation = item["status"]["allocation"]
+        [result] = allocation["devices"]["results"]
+        devices[(result["driver"], result["pool"], result["device"])] += 1
+        [reserved] = item["status"]["reservedFor"]
+        pod = pods[reserved["uid"]]
+        assert reserved["name"] == pod.metadata.name
+        assert result["pool"] == pod.spec.node_name, "a node-local device on the pod's own node"
+        terms = allocation["nodeSelector"]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pod.spec.node_name]}]}]
+        assert "resource.kubernetes.io/delete-protection" in item["metadata"]["finalizers"]
+    assert len(devices) == 200 and set(devices.values()) == {1}, "every device allocated once"
+    assert all(d[0] == DRIVER for d in devices)
+
+
+def test_two_pods_sharing_a_claim_land_on_its_node(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    for i in range(3):
+        driver.publish_node(kwok_nodes(f"s{i}"), devices=1)
+    driver.resource.create_namespaced_resource_claim(namespace, claim("shared", driver.class_name))
+    scheduler = usher()
+    core_api.create_namespaced_pod(namespace, claim_pod("first", scheduler.scheduler_name, claim_name="shared"))
+    wait_for(lambda: core_api.read_namespaced_pod("first", namespace).spec.node_name, 30, "the first pod bound")
+    core_api.create_namespaced_pod(namespace, claim_pod("second", scheduler.scheduler_name, claim_name="shared"))
+    wait_for(lambda: core_api.read_namespaced_pod("second", namespace).spec.node_name, 30, "the second pod bound")
+    first = core_api.read_namespaced_pod("first", namespace)
+    second = core_api.read_namespaced_pod("second", namespace)
+    assert first.spec.node_name == second.spec.node_name
+    shared = driver.resource.api_client.sanitize_for_serialization(
+        driver.resource.read_namespaced_resource_claim("shared", namespace)
+    )
+    assert {r["uid"] for r in shared["status"]["reservedFor"]} == {first.metadata.uid, second.metadata.uid}
+    assert len(shared["status"]["allocation"]["devices"]["results"]) == 1
+
+
+def test_a_pod_whose_claim_does_not_exist_waits_then_is_bound_within_2s(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    driver.publish_node(kwok_nodes("w"), devices=2)
+    scheduler = usher()
+    core_api.create_namespaced_pod(namespace, claim_pod("waiter", scheduler.scheduler_name, claim_name="later"))
+    wait_for(lambda: scheduler.metric("scheduler_pending_pods", queue="gated") == 1, 30, "the pod held back")
+    assert scheduler.metric("scheduler_schedule_attempts_total") == 0
+    started = time.monotonic()
+    driver.resource.create_namespaced_resource_claim(namespace, claim("later", driver.class_name))
+    wait_for(lambda: core_api.read_namespaced_pod("waiter", namespace).spec.node_name, 10, "the pod bound")
+    assert time.monotonic() - started < 2.0
+
+
+def test_deleting_a_bound_pod_frees_its_device_for_a_waiting_pod(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    driver.publish_node(kwok_nodes("only"), devices=1)
+    driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("one-gpu", driver.class_name))
+    scheduler = usher()
+    core_api.create_namespaced_pod(namespace, claim_pod("holder", scheduler.scheduler_name, template="one-gpu"))
+    wait_for(lambda: core_api.read_namespaced_pod("holder", namespace).spec.node_name, 30, "the holder bound")
+    core_api.create_namespaced_pod(namespace, claim_pod("next", scheduler.scheduler_name, template="one-gpu"))
+    wait_for(
+        lambda: scheduler.metric("scheduler_unschedulable_pods", plugin="DynamicResources") == 1,
+        30,
+        "the second pod waiting for a device",
+    )
+    core_api.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+    wait_for(lambda: core_api.read_namespaced_pod("next", namespace).spec.node_name, 60, "the freed device reused")

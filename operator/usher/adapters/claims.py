@@ -1,0 +1,59 @@
+"""ClaimWriter over the dispatcher: ResourceClaim writes of the DynamicResources plugin's PreBind.
+
+Writes go through the dispatcher (untracked: each is a read-modify-write
+with its own resourceVersion precondition, so two pods reserving one shared
+claim must not merge); reads after a conflict go straight to the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from usher.adapters.dispatching import ApiCall, Dispatcher, Request
+from usher.adapters.kubeapi import ApiResult, KubeApi
+from usher.core.dra.ports import WriteResult
+
+
+def claim_path(namespace: str, name: str) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+
+class DispatcherClaimWriter:
+    def __init__(self, dispatcher: Dispatcher, api: KubeApi) -> None:
+        self._dispatcher = dispatcher
+        self._api = api
+
+    async def get(self, namespace: str, name: str) -> WriteResult:
+        result = await self._api.request("GET", claim_path(namespace, name))
+        return WriteResult(result.status, result.body)
+
+    async def update(self, claim: Mapping[str, Any]) -> WriteResult:
+        return await self._write("resourceclaim_update", "", claim)
+
+    async def update_status(self, claim: Mapping[str, Any]) -> WriteResult:
+        return await self._write("resourceclaim_status_update", "/status", claim)
+
+    def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
+        patch = {
+            "metadata": {"uid": claim_uid},  # precondition: the same claim, not one recreated under its name
+            "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]},
+        }
+        request = Request(
+            "PATCH", claim_path(namespace, name) + "/status", patch, "application/strategic-merge-patch+json"
+        )
+        self._dispatcher.add(ApiCall.fixed("resourceclaim_unreserve", None, request))
+
+    async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:
+        meta = claim.get("metadata") or {}
+        done: asyncio.Future[ApiResult] = asyncio.get_running_loop().create_future()
+
+        def finished(result: ApiResult) -> None:
+            if not done.done():
+                done.set_result(result)
+
+        path = claim_path(str(meta.get("namespace")), str(meta.get("name"))) + suffix
+        self._dispatcher.add(ApiCall.fixed(call_type, None, Request("PUT", path, dict(claim)), on_done=finished))
+        result = await done
+        return WriteResult(result.status, result.body)

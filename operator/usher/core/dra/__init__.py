@@ -1,0 +1,1 @@
+"""Dynamic Resource Allocation: models, allocator and CEL device selectors. Pure."""

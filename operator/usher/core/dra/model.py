@@ -1,0 +1,436 @@
+"""ResourceClaims, ResourceSlices and DeviceClasses (resource.k8s.io/v1) as frozen records. Pure.
+
+Each API object is parsed once per watch event into the shape the allocator
+works on, and what the allocator relies on is validated here, so the search
+never meets a malformed object: a problem raises :class:`ModelError` naming
+the field (``spec.devices.requests[0].exactly.count: ...``). The apiserver
+defaults are applied as it would: ``allocationMode`` "" means ExactCount and
+a ``count`` of 0 (or none) means 1.
+
+Device attributes and capacities are stored by domain, then id, as the CEL
+``device`` variable sees them: a bare id in a slice belongs to the driver's
+domain, so ``numa`` in a slice of ``gpu.example.com`` is
+``attributes["gpu.example.com"]["numa"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+EXACT_COUNT = "ExactCount"
+ALL = "All"
+AllocationMode: TypeAlias = Literal["ExactCount", "All"]
+
+RESULTS_MAX_SIZE = 32
+"""At most this many devices in one claim's ``status.allocation.devices.results`` (the API limit)."""
+
+
+class ModelError(ValueError):
+    """An API object the allocator cannot work with; the message starts with the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A semantic-version attribute value (``{"version": "1.2.3"}``), kept as the text the driver published."""
+
+    text: str
+
+
+AttributeValue: TypeAlias = int | bool | str | Version
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceId:
+    """A device as allocation results and the in-use set name it."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str
+    attributes: Mapping[str, Mapping[str, AttributeValue]]
+    """domain -> id -> value."""
+    capacity: Mapping[str, Mapping[str, str]]
+    """domain -> id -> quantity text (``"80Gi"``)."""
+    node_name: str | None = None
+    """Per-device node access; only meaningful in a slice with ``perDeviceNodeSelection``."""
+    node_selector: Mapping[str, Any] | None = None
+    all_nodes: bool = False
+    has_binding_conditions: bool = False
+    """Uses DeviceBindingConditions (alpha, off): such devices are never selected."""
+    consumes_counters: bool = False
+    """Uses PartitionableDevices counters (alpha, off): such devices are never allocated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    """``spec.pool.resourceSliceCount``: how many slices the pool has at this generation."""
+    node_name: str | None
+    node_selector: Mapping[str, Any] | None
+    """A NodeSelector with exactly one term."""
+    all_nodes: bool
+    per_device: bool
+    """``perDeviceNodeSelection``: each device says where it is reachable."""
+    devices: tuple[Device, ...]
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    """CEL expressions, all of which must be true for a device of this class."""
+    config: tuple[Mapping[str, Any], ...]
+    """``spec.config[]`` entries (``{opaque: {driver, parameters}}``), copied into allocations."""
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SubRequest:
+    """An ``exactly`` request (named like its request) or one ``firstAvailable`` entry."""
+
+    name: str
+    class_name: str
+    selectors: tuple[str, ...]
+    mode: AllocationMode
+    count: int
+    """Devices an ExactCount request needs (at least 1); unused with All."""
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One ``spec.devices.requests[]`` entry: exactly one of ``exactly`` and ``first_available`` is set."""
+
+    name: str
+    exactly: SubRequest | None
+    first_available: tuple[SubRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    requests: tuple[str, ...]
+    """Request names (``req`` or ``req/sub``) the constraint applies to; empty means all."""
+    match_attribute: str
+    """A fully-qualified attribute name, ``domain/id``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    requests: tuple[Request, ...]
+    constraints: tuple[Constraint, ...]
+    config: tuple[Mapping[str, Any], ...]
+    """``spec.devices.config[]`` entries (``{requests, opaque}``)."""
+    allocation: Mapping[str, Any] | None
+    """``status.allocation`` as served, or None while unallocated."""
+    reserved_for: tuple[str, ...]
+    """UIDs in ``status.reservedFor``."""
+    deleting: bool
+    owner_uid: str
+    """UID of the controller ownerReference (the pod of a template claim), or ""."""
+    finalizers: tuple[str, ...]
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def allocated_devices(claim: Claim) -> set[DeviceId]:
+    """The devices a claim's allocation takes: every result except adminAccess ones."""
+    if not claim.allocation:
+        return set()
+    results = (claim.allocation.get("devices") or {}).get("results") or []
+    return {
+        DeviceId(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+        for r in results
+        if not r.get("adminAccess")
+    }
+
+
+# ---------------------------------------------------------------- parsing helpers
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{field}: must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, field: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ModelError(f"{field}: must be a list, got {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, field: str, *, required: bool = True) -> str:
+    if value is None or value == "":
+        if required:
+            raise ModelError(f"{field}: required")
+        return ""
+    if not isinstance(value, str):
+        raise ModelError(f"{field}: must be a string, got {value!r}")
+    return value
+
+
+def _integer(value: Any, field: str, *, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelError(f"{field}: must be an integer, got {value!r}")
+    return value
+
+
+def _split_name(name: str, driver: str) -> tuple[str, str]:
+    """``domain/id`` -> (domain, id); a bare ``id`` belongs to the driver's domain."""
+    domain, slash, ident = name.partition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+def _selectors(raw: Any, field: str) -> tuple[str, ...]:
+    expressions: list[str] = []
+    for i, selector in enumerate(_list(raw, field)):
+        cel = _mapping(_mapping(selector, f"{field}[{i}]").get("cel"), f"{field}[{i}].cel")
+        expressions.append(_string(cel.get("expression"), f"{field}[{i}].cel.expression"))
+    return tuple(expressions)
+
+
+def _node_selector(raw: Any, field: str) -> Mapping[str, Any]:
+    selector = _mapping(raw, field)
+    terms = _list(selector.get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
+    if len(terms) != 1:
+        raise ModelError(f"{field}.nodeSelectorTerms: must have exactly one term, got {len(terms)}")
+    return selector
+
+
+# ---------------------------------------------------------------- slices
+
+
+def _attribute(raw: Any, field: str) -> AttributeValue:
+    value = _mapping(raw, field)
+    present = [k for k in ("int", "bool", "string", "version") if value.get(k) is not None]
+    if len(present) != 1:
+        raise ModelError(f"{field}: must set exactly one of int, bool, string, version, got {sorted(value)}")
+    kind = present[0]
+    item = value[kind]
+    if kind == "int":
+        return _integer(item, f"{field}.int", default=0)
+    if kind == "bool":
+        if not isinstance(item, bool):
+            raise ModelError(f"{field}.bool: must be a boolean, got {item!r}")
+        return item
+    text = _string(item, f"{field}.{kind}", required=False)
+    return Version(text) if kind == "version" else text
+
+
+def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
+    spec = _mapping(raw, field)
+    name = _string(spec.get("name"), f"{field}.name")
+    attributes: dict[str, dict[str, AttributeValue]] = {}
+    qualified: set[tuple[str, str]] = set()
+    for key, value in _mapping(spec.get("attributes"), f"{field}.attributes").items():
+        domain, ident = _split_name(key, driver)
+        parsed = _attribute(value, f'{field}.attributes["{key}"]')
+        # The fully-qualified spelling wins over the bare id, as the allocator looks it up first.
+        if "/" in key:
+            qualified.add((domain, ident))
+        elif (domain, ident) in qualified:
+            continue
+        attributes.setdefault(domain, {})[ident] = parsed
+    capacity: dict[str, dict[str, str]] = {}
+    for key, value in _mapping(spec.get("capacity"), f"{field}.capacity").items():
+        amount = _mapping(value, f'{field}.capacity["{key}"]').get("value")
+        if isinstance(amount, bool) or not isinstance(amount, str | int | float):
+            raise ModelError(f'{field}.capacity["{key}"].value: must be a quantity, got {amount!r}')
+        domain, ident = _split_name(key, driver)
+        capacity.setdefault(domain, {})[ident] = str(amount)
+    node_name = node_selector = None
+    all_nodes = False
+    if per_device:
+        node_name = _string(spec.get("nodeName"), f"{field}.nodeName", required=False) or None
+        if spec.get("nodeSelector") is not None:
+            node_selector = _node_selector(spec["nodeSelector"], f"{field}.nodeSelector")
+        all_nodes = spec.get("allNodes") is True
+        if (node_name is not None) + (node_selector is not None) + all_nodes > 1:
+            raise ModelError(f"{field}: at most one of nodeName, nodeSelector, allNodes may be set")
+    return Device(
+        name=name,
+        attributes=attributes,
+        capacity=capacity,
+        node_name=node_name,
+        node_selector=node_selector,
+        all_nodes=all_nodes,
+        has_binding_conditions=bool(spec.get("bindingConditions")),
+        consumes_counters=bool(spec.get("consumesCounters")),
+    )
+
+
+def parse_slice(raw: Mapping[str, Any]) -> Slice:
+    """A ResourceSlice. A slice with no node access it understands (a future field) is visible nowhere."""
+    name = _string(_mapping(raw.get("metadata"), "metadata").get("name"), "metadata.name")
+    spec = _mapping(raw.get("spec"), "spec")
+    driver = _string(spec.get("driver"), "spec.driver")
+    pool = _mapping(spec.get("pool"), "spec.pool")
+    pool_name = _string(pool.get("name"), "spec.pool.name")
+    generation = _integer(pool.get("generation"), "spec.pool.generation", default=0)
+    slice_count = _integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=0)
+    if slice_count < 1:
+        raise ModelError(f"spec.pool.resourceSliceCount: must be at least 1, got {slice_count}")
+    node_name = _string(spec.get("nodeName"), "spec.nodeName", required=False) or None
+    node_selector = None
+    if spec.get("nodeSelector") is not None:
+        node_selector = _node_selector(spec["nodeSelector"], "spec.nodeSelector")
+    all_nodes = spec.get("allNodes") is True
+    per_device = spec.get("perDeviceNodeSelection") is True
+    if (node_name is not None) + (node_selector is not None) + all_nodes + per_device > 1:
+        raise ModelError("spec: at most one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection may be set")
+    devices = tuple(
+        _device(d, f"spec.devices[{i}]", driver, per_device)
+        for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
+    )
+    return Slice(
+        name=name,
+        driver=driver,
+        pool=pool_name,
+        generation=generation,
+        slice_count=slice_count,
+        node_name=node_name,
+        node_selector=node_selector,
+        all_nodes=all_nodes,
+        per_device=per_device,
+        devices=devices,
+        raw=raw,
+    )
+
+
+# ---------------------------------------------------------------- classes
+
+
+def parse_class(raw: Mapping[str, Any]) -> DeviceClass:
+    name = _string(_mapping(raw.get("metadata"), "metadata").get("name"), "metadata.name")
+    spec = _mapping(raw.get("spec"), "spec")
+    config = tuple(_mapping(c, f"spec.config[{i}]") for i, c in enumerate(_list(spec.get("config"), "spec.config")))
+    return DeviceClass(name=name, selectors=_selectors(spec.get("selectors"), "spec.selectors"), config=config, raw=raw)
+
+
+# ---------------------------------------------------------------- claims
+
+
+def _sub_request(raw: Mapping[str, Any], field: str, name: str, *, admin: bool) -> SubRequest:
+    mode = raw.get("allocationMode") or EXACT_COUNT
+    if mode not in (EXACT_COUNT, ALL):
+        raise ModelError(f"{field}.allocationMode: unknown mode {mode!r} (want ExactCount or All)")
+    count = _integer(raw.get("count"), f"{field}.count", default=0)
+    if mode == EXACT_COUNT:
+        if count < 0:
+            raise ModelError(f"{field}.count: must be at least 1, got {count}")
+        count = count or 1
+    elif count:
+        raise ModelError(f"{field}.count: must not be set with allocationMode All, got {count}")
+    admin_access = raw.get("adminAccess") if admin else None
+    if admin_access is not None and not isinstance(admin_access, bool):
+        raise ModelError(f"{field}.adminAccess: must be a boolean, got {admin_access!r}")
+    return SubRequest(
+        name=name,
+        class_name=_string(raw.get("deviceClassName"), f"{field}.deviceClassName"),
+        selectors=_selectors(raw.get("selectors"), f"{field}.selectors"),
+        mode="All" if mode == ALL else "ExactCount",
+        count=count or 1,
+        admin_access=bool(admin_access),
+    )
+
+
+def _request(raw: Any, field: str) -> Request:
+    entry = _mapping(raw, field)
+    name = _string(entry.get("name"), f"{field}.name")
+    exactly = entry.get("exactly")
+    first_available = _list(entry.get("firstAvailable"), f"{field}.firstAvailable")
+    if (exactly is not None) == bool(first_available):
+        raise ModelError(f"{field}: must set exactly one of exactly, firstAvailable")
+    if exactly is not None:
+        return Request(name, _sub_request(_mapping(exactly, f"{field}.exactly"), f"{field}.exactly", name, admin=True))
+    subs: list[SubRequest] = []
+    for i, sub in enumerate(first_available):
+        sub_field = f"{field}.firstAvailable[{i}]"
+        sub_map = _mapping(sub, sub_field)
+        subs.append(_sub_request(sub_map, sub_field, _string(sub_map.get("name"), f"{sub_field}.name"), admin=False))
+    return Request(name, None, tuple(subs))
+
+
+def _constraint(raw: Any, field: str) -> Constraint:
+    entry = _mapping(raw, field)
+    requests = tuple(
+        _string(r, f"{field}.requests[{i}]") for i, r in enumerate(_list(entry.get("requests"), f"{field}.requests"))
+    )
+    if entry.get("matchAttribute") is None:
+        raise ModelError(f"{field}.matchAttribute: required (no other constraint is supported)")
+    attribute = _string(entry.get("matchAttribute"), f"{field}.matchAttribute")
+    if "/" not in attribute:
+        raise ModelError(f"{field}.matchAttribute: must be a fully-qualified name (domain/id), got {attribute!r}")
+    return Constraint(requests, attribute)
+
+
+def parse_claim(raw: Mapping[str, Any]) -> Claim:
+    meta = _mapping(raw.get("metadata"), "metadata")
+    devices = _mapping(_mapping(raw.get("spec"), "spec").get("devices"), "spec.devices")
+    status = _mapping(raw.get("status"), "status")
+    requests = tuple(
+        _request(r, f"spec.devices.requests[{i}]")
+        for i, r in enumerate(_list(devices.get("requests"), "spec.devices.requests"))
+    )
+    constraints = tuple(
+        _constraint(c, f"spec.devices.constraints[{i}]")
+        for i, c in enumerate(_list(devices.get("constraints"), "spec.devices.constraints"))
+    )
+    config = tuple(
+        _mapping(c, f"spec.devices.config[{i}]")
+        for i, c in enumerate(_list(devices.get("config"), "spec.devices.config"))
+    )
+    allocation = status.get("allocation")
+    if allocation is not None:
+        allocation = _mapping(allocation, "status.allocation")
+    reserved_for = tuple(
+        str(_mapping(r, f"status.reservedFor[{i}]").get("uid", ""))
+        for i, r in enumerate(_list(status.get("reservedFor"), "status.reservedFor"))
+    )
+    owner_uid = ""
+    for i, ref in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences")):
+        if _mapping(ref, f"metadata.ownerReferences[{i}]").get("controller") is True:
+            owner_uid = str(ref.get("uid", ""))
+            break
+    return Claim(
+        namespace=_string(meta.get("namespace"), "metadata.namespace"),
+        name=_string(meta.get("name"), "metadata.name"),
+        uid=_string(meta.get("uid"), "metadata.uid", required=False),
+        resource_version=_string(meta.get("resourceVersion"), "metadata.resourceVersion", required=False),
+        requests=requests,
+        constraints=constraints,
+        config=config,
+        allocation=allocation,
+        reserved_for=reserved_for,
+        deleting=meta.get("deletionTimestamp") is not None,
+        owner_uid=owner_uid,
+        finalizers=tuple(str(f) for f in _list(meta.get("finalizers"), "metadata.finalizers")),
+        raw=raw,
+    )

@@ -1,0 +1,187 @@
+"""Resource pools as one node sees them: the allocator's first step ("gather pools"). Pure.
+
+An :class:`Inventory` is built once per scheduling cycle from every
+ResourceSlice. It groups slices by (driver, pool), keeps only each pool's
+newest generation, and records whether a pool is *incomplete* (fewer or more
+slices than ``resourceSliceCount`` at that generation) or has duplicate device
+names. It indexes slices by how a node reaches them (node-local by node name,
+node selectors, all nodes, per-device) so that :meth:`Inventory.visible_pools`
+costs only the slices that can matter to one node.
+
+Kube-scheduler gathers pools per node from the slices the node can see; the
+generation and slice count are taken over the whole pool here, as newer
+kube-scheduler releases do, so a pool spread over many nodes is not
+"incomplete" from each of them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from usher.core.dra.model import Device, DeviceId, Slice
+from usher.core.selectors import SelectorError, node_selector_matches
+
+
+class Candidate:
+    """One device of a pool's current generation, with what the search needs precomputed."""
+
+    __slots__ = ("device", "id", "pool", "slice")
+
+    def __init__(self, device: Device, slice_: Slice, pool: Pool) -> None:
+        self.device = device
+        self.slice = slice_
+        self.pool = pool
+        self.id = DeviceId(slice_.driver, slice_.pool, device.name)
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.id})"
+
+
+class Pool:
+    """All slices of one (driver, pool) at its newest generation."""
+
+    __slots__ = ("driver", "duplicates", "generation", "incomplete", "name")
+
+    def __init__(self, driver: str, name: str, generation: int, *, incomplete: bool) -> None:
+        self.driver = driver
+        self.name = name
+        self.generation = generation
+        self.incomplete = incomplete
+        self.duplicates = False
+        """Some device name occurs twice among all its slices (then checked again per node)."""
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+class _SliceEntry:
+    __slots__ = ("alone", "candidates", "order", "pool", "slice")
+
+    def __init__(self, slice_: Slice, pool: Pool, order: int) -> None:
+        self.slice = slice_
+        self.pool = pool
+        self.order = order
+        self.candidates = tuple(Candidate(d, slice_, pool) for d in slice_.devices)
+        self.alone = VisiblePool(pool, self.candidates, _duplicate([self]))
+        """The pool as seen by a node that reaches only this slice of it (the common case)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VisiblePool:
+    """A pool as one node sees it: the devices reachable from the node, in a stable order."""
+
+    pool: Pool
+    candidates: tuple[Candidate, ...]
+    invalid: str
+    """Why the pool must not be allocated from ("duplicate device name X"), or ""."""
+
+
+def _device_reachable(device: Device, node_name: str, node_labels: Mapping[str, str]) -> bool:
+    if device.node_name is not None:
+        return device.node_name == node_name
+    if device.all_nodes:
+        return True
+    if device.node_selector is not None:
+        return node_selector_matches(device.node_selector, node_labels, node_name)
+    return False
+
+
+class Inventory:
+    """Every pool's current slices, indexed by how nodes reach them. Immutable once built."""
+
+    __slots__ = ("_all_nodes", "_by_node", "_by_selector", "_per_device", "pools")
+
+    def __init__(self) -> None:
+        self.pools: tuple[Pool, ...] = ()
+        self._by_node: dict[str, list[_SliceEntry]] = {}
+        self._all_nodes: list[_SliceEntry] = []
+        self._by_selector: list[_SliceEntry] = []
+        self._per_device: list[_SliceEntry] = []
+
+    @classmethod
+    def build(cls, slices: Iterable[Slice]) -> Inventory:
+        grouped: dict[tuple[str, str], list[Slice]] = defaultdict(list)
+        for slice_ in slices:
+            grouped[(slice_.driver, slice_.pool)].append(slice_)
+        inventory = cls()
+        pools: list[Pool] = []
+        order = 0
+        for (driver, name), members in sorted(grouped.items()):
+            generation = max(s.generation for s in members)
+            current = sorted((s for s in members if s.generation == generation), key=lambda s: s.name)
+            pool = Pool(driver, name, generation, incomplete=len(current) != current[0].slice_count)
+            pools.append(pool)
+            names: set[str] = set()
+            for slice_ in current:
+                for device in slice_.devices:
+                    pool.duplicates |= device.name in names
+                    names.add(device.name)
+                entry = _SliceEntry(slice_, pool, order)
+                order += 1
+                if slice_.node_name is not None:
+                    inventory._by_node.setdefault(slice_.node_name, []).append(entry)
+                elif slice_.all_nodes:
+                    inventory._all_nodes.append(entry)
+                elif slice_.node_selector is not None:
+                    inventory._by_selector.append(entry)
+                elif slice_.per_device:
+                    inventory._per_device.append(entry)
+                # Else some future way of reaching nodes: visible nowhere, as in kube.
+        inventory.pools = tuple(pools)
+        return inventory
+
+    def visible_pools(self, node_name: str, node_labels: Mapping[str, str]) -> list[VisiblePool]:
+        """The pools with at least one slice reachable from the node, ordered by (driver, pool).
+
+        Raises SelectorError for a slice node selector the API would have rejected.
+        """
+        entries = list(self._by_node.get(node_name, ()))
+        entries.extend(self._all_nodes)
+        for entry in self._by_selector:
+            try:
+                if node_selector_matches(entry.slice.node_selector, node_labels, node_name):
+                    entries.append(entry)
+            except SelectorError as exc:
+                raise SelectorError(f"node selector of ResourceSlice {entry.slice.name}: {exc}") from exc
+        per_device: dict[int, tuple[Candidate, ...]] = {}
+        for entry in self._per_device:
+            try:
+                reachable = tuple(c for c in entry.candidates if _device_reachable(c.device, node_name, node_labels))
+            except SelectorError as exc:
+                raise SelectorError(f"device node selector in ResourceSlice {entry.slice.name}: {exc}") from exc
+            if reachable:
+                per_device[entry.order] = reachable
+                entries.append(entry)
+        if len(entries) > 1:
+            entries.sort(key=lambda e: e.order)
+        visible: list[VisiblePool] = []
+        start = 0
+        while start < len(entries):
+            pool = entries[start].pool
+            end = start + 1
+            while end < len(entries) and entries[end].pool is pool:
+                end += 1
+            if end - start == 1 and entries[start].order not in per_device:
+                visible.append(entries[start].alone)
+                start = end
+                continue
+            group = entries[start:end]
+            candidates: list[Candidate] = []
+            for entry in group:
+                candidates.extend(per_device.get(entry.order, entry.candidates))
+            visible.append(VisiblePool(pool, tuple(candidates), _duplicate(group) if pool.duplicates else ""))
+            start = end
+        return visible
+
+
+def _duplicate(entries: list[_SliceEntry]) -> str:
+    """Kube checks device names among the slices a node sees (all devices of each, even per-device ones)."""
+    names: set[str] = set()
+    for entry in entries:
+        for device in entry.slice.devices:
+            if device.name in names:
+                return f"duplicate device name {device.name}"
+            names.add(device.name)
+    return ""

@@ -1,0 +1,186 @@
+"""What usher knows about DRA objects: claims (as watched or as just written), slices, classes,
+in-flight allocations, and which devices are taken. Pure.
+
+Claims come from the watch, but a claim usher has just written (allocation,
+reservedFor) is *assumed* until the watch returns that resourceVersion or a
+newer one, so the next pod never sees its devices as free. Allocations chosen
+in Reserve but not yet written are *in flight*: their devices are taken too,
+and a second pod sharing the claim waits for them.
+
+Devices are taken by every claim's non-adminAccess results, whoever
+allocated it (kube-scheduler included), plus in-flight allocations; the count
+per device is kept incrementally so the in-use set costs nothing per cycle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from usher.core.dra.model import (
+    Claim,
+    DeviceClass,
+    DeviceId,
+    ModelError,
+    Slice,
+    allocated_devices,
+    parse_claim,
+    parse_class,
+    parse_slice,
+)
+from usher.core.dra.podclaims import ClaimIndex
+from usher.core.types import PodKey
+
+
+def claim_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _newer_or_equal(version: str, than: str) -> bool:
+    try:
+        return int(version) >= int(than)
+    except ValueError:
+        return version == than
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    pod: PodKey
+    claim_uid: str
+    allocation: Any  # allocator.Allocation
+    devices: frozenset[DeviceId]
+
+
+class DraState:
+    def __init__(self) -> None:
+        self._watched: dict[str, Claim] = {}
+        self._assumed: dict[str, Claim] = {}
+        self.slices: dict[str, Slice] = {}
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices_version = 0
+        """Bumped on every slice change, so a per-cycle inventory is rebuilt only when needed."""
+        self.in_flight: dict[str, InFlight] = {}
+        self.index = ClaimIndex()
+        self.broken: dict[str, str] = {}
+        """Objects the API served that usher cannot parse: key -> why (reported on the pods they block)."""
+        self._use: Counter[DeviceId] = Counter()
+
+    # ------------------------------------------------------------------ claims
+
+    def claim(self, key: str) -> Claim | None:
+        """The newest version usher knows: the one it wrote, until the watch catches up."""
+        return self._assumed.get(key) or self._watched.get(key)
+
+    def on_claim(self, deleted: bool, raw: Mapping[str, Any]) -> tuple[Claim | None, Claim | None]:
+        """Apply a watch event; returns (old, new) effective claims for the cluster event."""
+        meta = raw.get("metadata") or {}
+        key = claim_key(str(meta.get("namespace")), str(meta.get("name")))
+        old = self.claim(key)
+        if deleted:
+            self._watched.pop(key, None)
+            self._assumed.pop(key, None)
+            self.broken.pop(key, None)
+            self._recount(old, None)
+            return old, None
+        try:
+            claim = parse_claim(raw)
+        except ModelError as exc:
+            self.broken[key] = f"ResourceClaim {key}: {exc}"
+            self._watched.pop(key, None)
+            self._recount(old, self.claim(key))
+            return old, self.claim(key)
+        self.broken.pop(key, None)
+        self._watched[key] = claim
+        assumed = self._assumed.get(key)
+        if assumed is not None and (
+            assumed.uid != claim.uid or _newer_or_equal(claim.resource_version, assumed.resource_version)
+        ):
+            del self._assumed[key]
+        new = self.claim(key)
+        self._recount(old, new)
+        return old, new
+
+    def assume(self, raw: Mapping[str, Any]) -> Claim:
+        """A claim as the API server returned it after usher's write."""
+        claim = parse_claim(raw)
+        key = claim_key(claim.namespace, claim.name)
+        old = self.claim(key)
+        watched = self._watched.get(key)
+        if watched is None or not _newer_or_equal(watched.resource_version, claim.resource_version):
+            self._assumed[key] = claim
+        self._recount(old, self.claim(key))
+        return claim
+
+    def forget_assumed(self, key: str) -> None:
+        old = self.claim(key)
+        if self._assumed.pop(key, None) is not None:
+            self._recount(old, self.claim(key))
+
+    def claims(self) -> list[Claim]:
+        keys = set(self._watched) | set(self._assumed)
+        return [c for k in keys if (c := self.claim(k)) is not None]
+
+    # ------------------------------------------------------------------ in flight
+
+    def add_in_flight(self, key: str, entry: InFlight) -> None:
+        self.remove_in_flight(key)
+        self.in_flight[key] = entry
+        self._use.update(entry.devices)
+
+    def remove_in_flight(self, key: str) -> InFlight | None:
+        entry = self.in_flight.pop(key, None)
+        if entry is not None:
+            self._use.subtract(entry.devices)
+            self._drop_zeros(entry.devices)
+        return entry
+
+    # ------------------------------------------------------------------ slices and classes
+
+    def on_slice(self, deleted: bool, raw: Mapping[str, Any]) -> None:
+        name = str((raw.get("metadata") or {}).get("name"))
+        self.slices_version += 1
+        if deleted:
+            self.slices.pop(name, None)
+            self.broken.pop(f"slice/{name}", None)
+            return
+        try:
+            self.slices[name] = parse_slice(raw)
+            self.broken.pop(f"slice/{name}", None)
+        except ModelError as exc:
+            self.slices.pop(name, None)
+            self.broken[f"slice/{name}"] = f"ResourceSlice {name}: {exc}"
+
+    def on_class(self, deleted: bool, raw: Mapping[str, Any]) -> None:
+        name = str((raw.get("metadata") or {}).get("name"))
+        if deleted:
+            self.classes.pop(name, None)
+            self.broken.pop(f"class/{name}", None)
+            return
+        try:
+            self.classes[name] = parse_class(raw)
+            self.broken.pop(f"class/{name}", None)
+        except ModelError as exc:
+            self.classes.pop(name, None)
+            self.broken[f"class/{name}"] = f"DeviceClass {name}: {exc}"
+
+    # ------------------------------------------------------------------ devices
+
+    def in_use(self) -> Mapping[DeviceId, int]:
+        """Devices taken by any claim's allocation (non-adminAccess) or by an in-flight allocation."""
+        return self._use
+
+    def _recount(self, old: Claim | None, new: Claim | None) -> None:
+        before = allocated_devices(old) if old is not None else set()
+        after = allocated_devices(new) if new is not None else set()
+        if before == after:
+            return
+        self._use.subtract(before - after)
+        self._drop_zeros(before - after)
+        self._use.update(after - before)
+
+    def _drop_zeros(self, devices: Any) -> None:
+        for device in devices:
+            if self._use.get(device, 0) <= 0:
+                self._use.pop(device, None)

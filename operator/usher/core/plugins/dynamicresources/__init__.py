@@ -1,0 +1,433 @@
+"""DynamicResources: pods get devices from ResourceSlices through their ResourceClaims. Pure.
+
+- PreEnqueue: every claim of the pod must resolve (direct name, or a template
+  whose generated name the pod's status records), exist, not be being
+  deleted, and, if a template made it, be owned by the pod. Until then the pod
+  is held back (gated) and comes back on the claim's or its own status event.
+- PreFilter: claims already allocated pin the pod to their
+  ``allocation.nodeSelector``; unallocated claims must not be in flight for
+  another pod and their device classes must exist. The slice inventory is
+  rebuilt only when a slice changed.
+- Filter: allocate all unallocated claims of the pod together on the node
+  (structured parameters, see core/dra/allocator.py), devices taken by any
+  claim (whoever allocated it) or in flight excluded.
+- Reserve: the chosen node's allocation is recorded in flight, so the next
+  pod sees its devices taken and a pod sharing the claim waits.
+- PreBind: for each claim not yet reserved for the pod, add the
+  delete-protection finalizer and write ``status.allocation`` (when this pod
+  allocates) and append the pod to ``status.reservedFor``, with the claim's
+  resourceVersion as precondition, re-reading on conflict. Unreserve undoes
+  the in-flight state and removes reservations PreBind already made.
+- Events: claim add/update/delete with a PreQueueingHint that narrows to the
+  pods referencing the claim (all pods on deallocation: freed devices may
+  help anyone), the pod's own resourceClaimStatuses, device classes, slices,
+  and nodes.
+
+A malformed selector (CEL error) or object is reported on the pods it
+blocks (UnschedulableAndUnresolvable with the error) and never stops the
+scheduler.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from usher.core.dra.allocator import AllocationOutcome, Inventory, allocate
+from usher.core.dra.cel import CelError, DeviceInput, SelectorEvaluator
+from usher.core.dra.model import Claim, Device, DeviceId
+from usher.core.dra.podclaims import PodClaim, resolve_pod_claims
+from usher.core.dra.ports import ClaimWriter
+from usher.core.dra.state import DraState, InFlight, claim_key
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.interface import (
+    ALL_PODS,
+    ClusterEventWithHint,
+    FilterPlugin,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreQueueingHintResult,
+    ReservePlugin,
+    only,
+)
+from usher.core.plugins.names import DYNAMIC_RESOURCES
+from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
+from usher.core.selectors import SelectorError, node_selector_matches
+from usher.core.types import SUCCESS, Code, NodeName, PodInfo, PodKey, QueueingHint, Status, error, unschedulable
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = DYNAMIC_RESOURCES
+STATE_KEY = "DynamicResources/state"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+MAX_WRITE_ATTEMPTS = 5
+DEFAULT_FILTER_TIMEOUT = 10.0
+
+
+class DraHandle(Protocol):
+    """What the plugin needs from the framework handle."""
+
+    @property
+    def dra(self) -> DraState: ...
+
+    @property
+    def claims(self) -> ClaimWriter: ...
+
+
+@dataclass(slots=True)
+class _CycleData:
+    claims: list[tuple[PodClaim, Claim]]
+    allocated: list[Claim]
+    unallocated: list[Claim]
+    inventory: Inventory
+    in_use: frozenset[DeviceId]
+    outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
+    reserved: list[str] = field(default_factory=list)
+    """Claims PreBind reserved for the pod (undone by Unreserve)."""
+
+
+def parse_args(args: Mapping[str, Any]) -> float:
+    reject_unknown_args(args, {"filterTimeout"})
+    raw = args.get("filterTimeout")
+    if raw is None:
+        return DEFAULT_FILTER_TIMEOUT
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
+        return float(raw)
+    if isinstance(raw, str) and raw.endswith("s"):
+        try:
+            return float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw[:-1])
+        except ValueError:
+            pass
+    raise PluginArgsError("filterTimeout", f"must be a duration like '10s' (0 disables the limit), got {raw!r}")
+
+
+class DynamicResources:
+    name = NAME
+
+    def __init__(self, handle: DraHandle, *, filter_timeout: float = DEFAULT_FILTER_TIMEOUT) -> None:
+        self._dra = handle.dra
+        self._writer = handle.claims
+        self._cel = SelectorEvaluator()
+        self._filter_timeout = filter_timeout
+        self._inventory: Inventory | None = None
+        self._inventory_version = -1
+        self._inputs: dict[int, DeviceInput] = {}
+        """CEL inputs per device of the current inventory (by identity), built once per device."""
+
+    # ------------------------------------------------------------------ PreEnqueue
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
+            return SUCCESS
+        _, status = self._resolve(pod)
+        return status
+
+    def _resolve(self, pod: PodInfo) -> tuple[list[tuple[PodClaim, Claim]], Status]:
+        resolution = resolve_pod_claims(pod.raw)
+        if resolution.problem:
+            return [], unschedulable(resolution.problem, resolvable=False)
+        found: list[tuple[PodClaim, Claim]] = []
+        for pod_claim in resolution.claims:
+            key = claim_key(pod.namespace, pod_claim.claim_name)
+            broken = self._dra.broken.get(key)
+            if broken:
+                return [], unschedulable(broken, resolvable=False)
+            claim = self._dra.claim(key)
+            if claim is None:
+                return [], unschedulable(
+                    f'resourceclaim.resource.k8s.io "{pod_claim.claim_name}" not found', resolvable=False
+                )
+            if claim.deleting:
+                return [], unschedulable(f'resourceclaim "{pod_claim.claim_name}" is being deleted', resolvable=False)
+            if pod_claim.from_template and claim.owner_uid != pod.uid:
+                return [], unschedulable(
+                    f"ResourceClaim {key} was not created for pod {pod.key} (pod is not owner)", resolvable=False
+                )
+            found.append((pod_claim, claim))
+        return found, SUCCESS
+
+    # ------------------------------------------------------------------ PreFilter / Filter
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status]:
+        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
+            return None, Status(Code.SKIP)
+        claims, status = self._resolve(pod)
+        if not status.ok:
+            return None, status
+        allocated: list[Claim] = []
+        unallocated: list[Claim] = []
+        for _, claim in claims:
+            if claim.allocation is not None:
+                allocated.append(claim)
+                continue
+            key = claim_key(claim.namespace, claim.name)
+            in_flight = self._dra.in_flight.get(key)
+            if in_flight is not None and in_flight.pod != pod.key:
+                return None, unschedulable(f"resource claim {key} is in the process of being allocated")
+            for request in claim.requests:
+                for sub in (request.exactly,) if request.exactly is not None else request.first_available:
+                    if sub is not None and sub.class_name not in self._dra.classes:
+                        broken = self._dra.broken.get(f"class/{sub.class_name}")
+                        return None, unschedulable(
+                            broken or f"request {request.name}: device class {sub.class_name} does not exist",
+                            resolvable=False,
+                        )
+            unallocated.append(claim)
+        if not claims:
+            return None, Status(Code.SKIP)
+        state.write(
+            STATE_KEY,
+            _CycleData(claims, allocated, unallocated, self._current_inventory(), frozenset(self._dra.in_use())),
+        )
+        return None, SUCCESS
+
+    def _current_inventory(self) -> Inventory:
+        if self._inventory is None or self._inventory_version != self._dra.slices_version:
+            self._inventory = Inventory.build(self._dra.slices.values())
+            self._inventory_version = self._dra.slices_version
+            self._inputs.clear()
+        return self._inventory
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None:
+            return SUCCESS
+        for claim in data.allocated:
+            selector = (claim.allocation or {}).get("nodeSelector")
+            try:
+                available = node_selector_matches(selector, node.labels, node.name)
+            except SelectorError as exc:
+                return unschedulable(
+                    f"resourceclaim {claim.name}: invalid allocation.nodeSelector: {exc}", resolvable=False
+                )
+            if not available:
+                return unschedulable("resourceclaim not available on the node", resolvable=False)
+        if not data.unallocated:
+            return SUCCESS
+        deadline = time.monotonic() + self._filter_timeout if self._filter_timeout > 0 else None
+        outcome = allocate(
+            data.unallocated,
+            node_name=node.name,
+            node_labels=node.labels,
+            inventory=data.inventory,
+            classes=self._dra.classes,
+            in_use=data.in_use,
+            evaluate=self._evaluate,
+            deadline=deadline,
+        )
+        if outcome.error:
+            # A bad selector or pool blocks this pod until a class, claim or slice changes.
+            return unschedulable(outcome.error, resolvable=False)
+        if not outcome.ok:
+            return unschedulable(outcome.reason)
+        data.outcomes[node.name] = outcome
+        return SUCCESS
+
+    def _evaluate(self, expression: str, device: Device, driver: str) -> bool:
+        device_input = self._inputs.get(id(device))
+        if device_input is None:
+            device_input = self._inputs[id(device)] = _device_input(device, driver)
+        try:
+            return self._cel.matches(expression, device_input)
+        except CelError:
+            raise
+        except Exception as exc:  # the CEL library's own failures are still the selector's fault
+            raise CelError(str(exc)) from exc
+
+    # ------------------------------------------------------------------ Reserve / Unreserve
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None or not data.unallocated:
+            return SUCCESS
+        outcome = data.outcomes.get(node)
+        if outcome is None:
+            return error(f"no allocation computed for node {node}")
+        for claim in data.unallocated:
+            allocation = outcome.allocations[claim.uid]
+            devices = frozenset(
+                DeviceId(r["driver"], r["pool"], r["device"]) for r in allocation.results if not r.get("adminAccess")
+            )
+            self._dra.add_in_flight(
+                claim_key(claim.namespace, claim.name), InFlight(pod.key, claim.uid, allocation, devices)
+            )
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None:
+            return
+        for claim in data.unallocated:
+            key = claim_key(claim.namespace, claim.name)
+            in_flight = self._dra.in_flight.get(key)
+            if in_flight is not None and in_flight.pod == pod.key:
+                self._dra.remove_in_flight(key)
+        for key in data.reserved:
+            reserved = self._dra.claim(key)
+            if reserved is not None:
+                self._writer.remove_reservation(reserved.namespace, reserved.name, reserved.uid, pod.uid)
+        data.reserved.clear()
+
+    # ------------------------------------------------------------------ PreBind
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None:
+            return SUCCESS
+        for _, claim in data.claims:
+            status = await self._reserve_for(pod, claim_key(claim.namespace, claim.name), data)
+            if not status.ok:
+                return status
+        return SUCCESS
+
+    async def _reserve_for(self, pod: PodInfo, key: str, data: _CycleData) -> Status:
+        namespace, name = key.split("/", 1)
+        current = self._dra.claim(key)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if current is None:
+                return unschedulable(f'resourceclaim "{name}" was deleted while the pod was being bound')
+            if pod.uid in current.reserved_for:
+                self._done(key, pod.key, data)
+                return SUCCESS
+            if current.deleting:
+                return unschedulable(f'resourceclaim "{name}" is being deleted')
+            raw = copy.deepcopy(dict(current.raw))
+            in_flight = self._dra.in_flight.get(key)
+            if in_flight is not None and in_flight.pod == pod.key:
+                if current.allocation is not None:
+                    return unschedulable(f"resource claim {key} got allocated elsewhere in the meantime")
+                finalizers = raw.setdefault("metadata", {}).setdefault("finalizers", [])
+                if FINALIZER not in finalizers:
+                    finalizers.append(FINALIZER)
+                    written = await self._writer.update(raw)
+                    if written.conflict:
+                        current = await self._reread(namespace, name)
+                        continue
+                    if not written.ok:
+                        return error(f"adding the finalizer to resourceclaim {key}: {written.message}")
+                    raw = copy.deepcopy(dict(written.body))
+                raw.setdefault("status", {})["allocation"] = in_flight.allocation.status_allocation()
+            elif current.allocation is None:
+                return unschedulable(f"resource claim {key} is no longer allocated")
+            status = raw.setdefault("status", {})
+            status["reservedFor"] = [
+                *(status.get("reservedFor") or []),
+                {"resource": "pods", "name": pod.name, "uid": pod.uid},
+            ]
+            written = await self._writer.update_status(raw)
+            if written.conflict:
+                current = await self._reread(namespace, name)
+                continue
+            if not written.ok:
+                return error(f"reserving resourceclaim {key} for the pod: {written.message}")
+            self._dra.assume(written.body)
+            self._done(key, pod.key, data)
+            return SUCCESS
+        return error(f"resourceclaim {key} kept changing: gave up after {MAX_WRITE_ATTEMPTS} conflicts")
+
+    async def _reread(self, namespace: str, name: str) -> Claim | None:
+        read = await self._writer.get(namespace, name)
+        if not read.ok:
+            return None
+        return self._dra.assume(read.body)
+
+    def _done(self, key: str, pod: PodKey, data: _CycleData) -> None:
+        in_flight = self._dra.in_flight.get(key)
+        if in_flight is not None and in_flight.pod == pod:
+            self._dra.remove_in_flight(key)
+        data.reserved.append(key)
+
+    # ------------------------------------------------------------------ events
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        claim_changes = ActionType.ADD | ActionType.UPDATE | ActionType.DELETE
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(Resource.RESOURCE_CLAIM, claim_changes),
+                hint=self._claim_hint,
+                pre_hint=self._claim_pre_hint,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM), hint=_own_claim_status
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE), hint=self._class_hint
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE), hint=_uses_claims
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL), hint=_uses_claims
+            ),
+        ]
+
+    def _claim_pre_hint(self, old: Any, new: Any) -> PreQueueingHintResult:
+        if _deallocated(old, new):
+            return ALL_PODS  # freed devices may help any pod waiting for one
+        obj = new if new is not None else old
+        meta = (obj or {}).get("metadata") or {}
+        return only(*self._dra.index.pods_for(claim_key(str(meta.get("namespace")), str(meta.get("name")))))
+
+    def _claim_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        if _deallocated(old, new):
+            return QueueingHint.QUEUE
+        obj = new if new is not None else old
+        meta = (obj or {}).get("metadata") or {}
+        if meta.get("namespace") != pod.namespace:
+            return QueueingHint.QUEUE_SKIP
+        wanted = {c.claim_name for c in resolve_pod_claims(pod.raw).claims} | {
+            e.get("resourceClaimName") for e in (pod.raw.get("spec") or {}).get("resourceClaims") or []
+        }
+        return QueueingHint.QUEUE if meta.get("name") in wanted else QueueingHint.QUEUE_SKIP
+
+    def _class_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        name = ((new or old or {}).get("metadata") or {}).get("name")
+        for pod_claim in resolve_pod_claims(pod.raw).claims:
+            claim = self._dra.claim(claim_key(pod.namespace, pod_claim.claim_name))
+            if claim is None:
+                continue
+            for request in claim.requests:
+                subs = (request.exactly,) if request.exactly is not None else request.first_available
+                if any(s is not None and s.class_name == name for s in subs):
+                    return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+
+def _deallocated(old: Any, new: Any) -> bool:
+    """An allocation went away: cleared, or the allocated claim deleted."""
+    was = bool(((old or {}).get("status") or {}).get("allocation"))
+    now = bool(((new or {}).get("status") or {}).get("allocation")) if new is not None else False
+    return was and not now
+
+
+def _own_claim_status(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    same = ((new or {}).get("metadata") or {}).get("uid") == pod.uid
+    return QueueingHint.QUEUE if same else QueueingHint.QUEUE_SKIP
+
+
+def _uses_claims(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    return QueueingHint.QUEUE if (pod.raw.get("spec") or {}).get("resourceClaims") else QueueingHint.QUEUE_SKIP
+
+
+def _device_input(device: Device, driver: str) -> DeviceInput:
+    return DeviceInput(driver=driver, attributes=device.attributes, capacity=device.capacity)
+
+
+def new(args: Mapping[str, Any], handle: Any) -> DynamicResources:
+    return DynamicResources(handle, filter_timeout=parse_args(args))
+
+
+_check_pre_enqueue: type[PreEnqueuePlugin] = DynamicResources
+_check_pre_filter: type[PreFilterPlugin] = DynamicResources
+_check_filter: type[FilterPlugin] = DynamicResources
+_check_reserve: type[ReservePlugin] = DynamicResources
+_check_pre_bind: type[PreBindPlugin] = DynamicResources

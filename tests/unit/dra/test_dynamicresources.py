@@ -1,0 +1,361 @@
+"""The DynamicResources plugin through the real framework, queue, allocator and CEL.
+
+Only the ClaimWriter port (API writes) is a recording double; everything
+else is the code that runs in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from tests.builders import make_node, make_pod
+from tests.frameworks import FakeHandle, scheduling_queue
+from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
+from tests.unit.test_queue import Recorder
+from usher.config import build_framework, parse_config
+from usher.core.cache import Cache
+from usher.core.clock import FakeClock
+from usher.core.cycle import schedule
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.runtime import Framework
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.queue import Where
+from usher.core.types import Code, NodeName, PodInfo, PodKey
+
+CLASS = "gpu"
+CLAIM_ADD = ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.ADD)
+CLAIM_UPDATE = ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.UPDATE)
+
+
+def only_dra(handle: FakeHandle) -> Framework:
+    """A profile with just the plugins these tests need, so scores do not get in the way."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "usher",
+                "plugins": {
+                    "multiPoint": {
+                        "disabled": [{"name": "*"}],
+                        "enabled": [
+                            {"name": "PrioritySort"},
+                            {"name": "NodeResourcesFit"},
+                            {"name": "DynamicResources"},
+                            {"name": "DefaultBinder"},
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+    registry = in_tree_registry()
+    return build_framework(parse_config(config, registry=registry).profiles[0], registry=registry, handle=handle)
+
+
+def claim_pod(
+    name: str, *, claim: str | None = None, template: str | None = None, generated: str | None = None
+) -> dict[str, Any]:
+    pod = make_pod().name(name).uid(f"uid-{name}").obj()
+    entry: dict[str, Any] = {"name": "gpu"}
+    if claim:
+        entry["resourceClaimName"] = claim
+    else:
+        entry["resourceClaimTemplateName"] = template or "tpl"
+    pod["spec"]["resourceClaims"] = [entry]
+    if generated is not None:
+        pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": generated}]
+    return pod
+
+
+@pytest.fixture
+def handle() -> FakeHandle:
+    h = FakeHandle()
+    h.dra.on_class(False, make_class().name(CLASS).selector(f'device.driver == "{DRIVER}"').obj())
+    for node in ("n1", "n2"):
+        h.dra.on_slice(
+            False, make_slice().name(f"{node}-s").driver(DRIVER).pool(node).node(node).devices("gpu", 2).obj()
+        )
+    return h
+
+
+@pytest.fixture
+def cache() -> Cache:
+    c = Cache()
+    for node in ("n1", "n2"):
+        c.add_or_update_node(make_node().name(node).obj())
+    return c
+
+
+def cycle(fw: Framework, cache: Cache, pod: dict[str, Any]) -> tuple[CycleState, PodInfo, NodeName | None, Any]:
+    info = PodInfo.from_api(pod)
+    state = CycleState()
+    result = schedule(fw, state, info, cache.node_infos(), rng=random.Random(1))
+    if result.node is not None:
+        assert fw.run_reserve(state, info, result.node).ok
+    return state, info, result.node, result
+
+
+# ---------------------------------------------------------------------- PreEnqueue
+
+
+@pytest.mark.parametrize(
+    ("pod", "claims", "message"),
+    [
+        pytest.param(
+            claim_pod("p"), [], 'pod "default/p": ResourceClaim not created yet', id="template claim not created yet"
+        ),
+        pytest.param(claim_pod("p", claim="c"), [], 'resourceclaim.resource.k8s.io "c" not found', id="claim missing"),
+        pytest.param(
+            claim_pod("p", claim="c"),
+            [make_claim().name("c").request("gpu", CLASS).deleting().obj()],
+            'resourceclaim "c" is being deleted',
+            id="claim being deleted",
+        ),
+        pytest.param(
+            claim_pod("p", generated="c"),
+            [make_claim().name("c").request("gpu", CLASS).owner("someone-else").obj()],
+            "ResourceClaim default/c was not created for pod default/p (pod is not owner)",
+            id="template claim of another pod",
+        ),
+        pytest.param(
+            claim_pod("p", generated="c"),
+            [make_claim().name("c").request("gpu", CLASS).owner("uid-p").obj()],
+            "",
+            id="own template claim resolves",
+        ),
+    ],
+)
+def test_pre_enqueue_holds_pods_whose_claims_are_not_ready(
+    handle: FakeHandle, pod: dict[str, Any], claims: list[dict[str, Any]], message: str
+) -> None:
+    for claim in claims:
+        handle.dra.on_claim(False, claim)
+    status = only_dra(handle).run_pre_enqueue(PodInfo.from_api(pod))
+    assert status.message == message
+    if message:
+        assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE and status.plugin == "DynamicResources"
+
+
+def test_a_null_generated_name_means_the_claim_is_not_needed(handle: FakeHandle) -> None:
+    pod = claim_pod("p")
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": None}]
+    assert only_dra(handle).run_pre_enqueue(PodInfo.from_api(pod)).ok
+
+
+# ---------------------------------------------------------------------- allocation, reserve, prebind
+
+
+def test_two_pods_get_distinct_devices_and_prebind_writes_finalizer_allocation_and_reservation(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    fw = only_dra(handle)
+    picked = []
+    for name in ("a", "b", "c", "d"):
+        handle.dra.on_claim(False, make_claim().name(f"claim-{name}").uid(f"cu-{name}").request("gpu", CLASS).obj())
+        state, pod, node, _ = cycle(fw, cache, claim_pod(name, claim=f"claim-{name}"))
+        assert node is not None
+        assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+        written = handle.claims.stored[f"default/claim-{name}"]
+        [result] = written["status"]["allocation"]["devices"]["results"]
+        picked.append((result["pool"], result["device"]))
+        assert result["pool"] == node
+        assert written["status"]["reservedFor"] == [{"resource": "pods", "name": name, "uid": f"uid-{name}"}]
+        assert "resource.kubernetes.io/delete-protection" in written["metadata"]["finalizers"]
+    assert len(set(picked)) == 4, "four pods, four distinct devices"
+    kinds = [k for k, _ in handle.claims.writes]
+    assert kinds == ["update", "status"] * 4, "the finalizer first, then allocation + reservedFor"
+    # All four devices are taken now: a fifth pod cannot be placed.
+    handle.dra.on_claim(False, make_claim().name("claim-e").request("gpu", CLASS).obj())
+    _, _, node, result = cycle(fw, cache, claim_pod("e", claim="claim-e"))
+    assert node is None
+    assert result.message == "0/2 nodes are available: 2 cannot allocate all claims."
+    assert result.unschedulable_plugins == {"DynamicResources"}
+
+
+def test_an_in_flight_allocation_blocks_its_devices_before_anything_is_written(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    fw = only_dra(handle)
+    pools = []
+    for name in ("a", "b", "c", "d"):
+        handle.dra.on_claim(False, make_claim().name(f"claim-{name}").request("gpu", CLASS).obj())
+        _, _, node, _ = cycle(fw, cache, claim_pod(name, claim=f"claim-{name}"))
+        pools.append(node)
+    assert sorted(pools) == ["n1", "n1", "n2", "n2"]
+    assert len(handle.dra.in_use()) == 4
+
+
+def test_a_write_conflict_rereads_the_claim_and_tries_again(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    claim = make_claim().name("c").uid("cu").request("gpu", CLASS).obj()
+    handle.dra.on_claim(False, claim)
+    handle.claims.stored["default/c"] = claim
+    handle.claims.answers = [200, 409]  # the finalizer lands; the status write conflicts once
+    state, pod, node, _ = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node is not None
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    assert [k for k, _ in handle.claims.writes] == ["update", "status", "status"]
+    assert handle.claims.stored["default/c"]["status"]["reservedFor"][0]["uid"] == "uid-p"
+
+
+def test_a_shared_allocated_claim_pins_the_pod_and_only_gains_a_reservation(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    shared = (
+        make_claim()
+        .name("shared")
+        .uid("su")
+        .request("gpu", CLASS)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu0"})
+        .reserved("uid-first")
+        .obj()
+    )
+    shared["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+    }
+    handle.dra.on_claim(False, shared)
+    state, pod, node, _ = cycle(fw, cache, claim_pod("second", claim="shared"))
+    assert node == "n2"
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    [(kind, written)] = handle.claims.writes
+    assert kind == "status"
+    assert [r["uid"] for r in written["status"]["reservedFor"]] == ["uid-first", "uid-second"]
+    assert written["status"]["allocation"] == shared["status"]["allocation"], "the allocation is left as it was"
+
+
+def test_unreserve_frees_in_flight_devices_and_rolls_back_reservations(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    handle.dra.on_claim(False, make_claim().name("c").uid("cu").request("gpu", CLASS).obj())
+    state, pod, node, _ = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node is not None and len(handle.dra.in_use()) == 1
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    fw.run_unreserve(state, pod, node)
+    assert handle.claims.removed == [("default/c", "cu", "uid-p")]
+
+
+def test_deallocation_frees_the_devices(handle: FakeHandle) -> None:
+    allocated = (
+        make_claim()
+        .name("c")
+        .request("gpu", CLASS)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"})
+    )
+    handle.dra.on_claim(False, allocated.obj())
+    assert len(handle.dra.in_use()) == 1
+    freed = make_claim().name("c").request("gpu", CLASS).obj()
+    freed["metadata"]["resourceVersion"] = "2"
+    freed["metadata"]["uid"] = allocated.obj()["metadata"]["uid"]
+    handle.dra.on_claim(False, freed)
+    assert len(handle.dra.in_use()) == 0
+
+
+def test_a_device_allocated_by_another_scheduler_is_never_picked(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    for i, device in enumerate(["gpu0", "gpu1"]):
+        theirs = (
+            make_claim()
+            .name(f"theirs-{i}")
+            .request("gpu", CLASS)
+            .allocated({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": device})
+        )
+        handle.dra.on_claim(False, theirs.obj())
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", CLASS).obj())
+    _, _, node, _ = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node == "n2"
+
+
+def test_a_broken_cel_selector_is_reported_on_the_pod_and_nothing_raises(handle: FakeHandle, cache: Cache) -> None:
+    handle.dra.on_class(False, make_class().name("broken").selector("device.driver ==").obj())
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", "broken").obj())
+    _, _, node, result = cycle(only_dra(handle), cache, claim_pod("p", claim="c"))
+    assert node is None
+    statuses = list(result.node_statuses.values())
+    assert statuses and all(s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in statuses)
+    assert "device.driver ==" in statuses[0].message
+
+
+def test_a_missing_device_class_holds_the_pod(handle: FakeHandle, cache: Cache) -> None:
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", "nonexistent").obj())
+    _, _, node, result = cycle(only_dra(handle), cache, claim_pod("p", claim="c"))
+    assert node is None
+    assert result.pre_filter_message == "request gpu: device class nonexistent does not exist"
+
+
+# ---------------------------------------------------------------------- events and the PreQueueingHint
+
+
+def test_claim_events_only_check_the_pods_that_reference_the_claim(handle: FakeHandle) -> None:
+    recorder = Recorder()
+    fw = only_dra(handle)
+    queue = scheduling_queue(FakeClock(), fw, recorder=recorder)
+    for i in range(5):
+        raw = claim_pod(f"p{i}", claim=f"claim-{i}")
+        handle.dra.index.update_pod(PodKey(f"default/p{i}"), "default", raw)
+        queue.add(PodInfo.from_api(raw))
+    assert queue.pending()["gated"] == 5
+    claim = make_claim().name("claim-3").request("gpu", CLASS).obj()
+    handle.dra.on_claim(False, claim)
+    assert queue.move_all(CLAIM_ADD, None, claim) == 1
+    assert [h[:2] for h in recorder.hints] == [("DynamicResources", "ResourceClaimAdd")]
+    assert recorder.pre_hints == [("DynamicResources", "narrowed")]
+    assert queue.get(PodKey("default/p3")).where is Where.ACTIVE  # type: ignore[union-attr]
+
+
+def test_a_deallocation_checks_every_waiting_pod(handle: FakeHandle) -> None:
+    recorder = Recorder()
+    queue = scheduling_queue(FakeClock(), only_dra(handle), recorder=recorder)
+    allocated = (
+        make_claim()
+        .name("elsewhere")
+        .request("gpu", CLASS)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"})
+        .obj()
+    )
+    freed = make_claim().name("elsewhere").request("gpu", CLASS).obj()
+    for i in range(3):
+        raw = claim_pod(f"p{i}", claim=f"claim-{i}")
+        handle.dra.on_claim(False, make_claim().name(f"claim-{i}").request("gpu", CLASS).obj())
+        queue.add(PodInfo.from_api(raw))
+        queued = queue.pop()
+        assert queued is not None
+        queue.add_unschedulable(queued, unschedulable_plugins=["DynamicResources"])
+    queue.move_all(CLAIM_UPDATE, allocated, freed)
+    assert recorder.pre_hints == [("DynamicResources", "all_pods")]
+    assert len([h for h in recorder.hints if h[0] == "DynamicResources"]) == 3
+
+
+def test_a_claim_nobody_references_checks_no_pod(handle: FakeHandle) -> None:
+    recorder = Recorder()
+    queue = scheduling_queue(FakeClock(), only_dra(handle), recorder=recorder)
+    queue.add(PodInfo.from_api(claim_pod("p", claim="mine")))
+    claim = make_claim().name("unrelated").request("gpu", CLASS).obj()
+    assert queue.move_all(CLAIM_ADD, None, claim) == 0
+    assert recorder.hints == []
+
+
+@pytest.mark.parametrize(("gate", "expected"), [(True, 500), (False, 500 * 500 - 500 * 499 // 2)])
+def test_n_claim_events_cost_o_n_hint_calls_with_the_gate_and_o_n2_without(
+    handle: FakeHandle, gate: bool, expected: int
+) -> None:
+    """500 pods wait for their claims; their 500 claims arrive one by one. Count QueueingHint calls."""
+    n = 500
+    recorder = Recorder()
+    queue = scheduling_queue(FakeClock(), only_dra(handle), recorder=recorder, pre_queueing_hints=gate)
+    for i in range(n):
+        raw = claim_pod(f"p{i}", claim=f"claim-{i}")
+        handle.dra.index.update_pod(PodKey(f"default/p{i}"), "default", raw)
+        queue.add(PodInfo.from_api(raw))
+    assert queue.pending()["gated"] == n
+    for i in range(n):
+        claim = make_claim().name(f"claim-{i}").request("gpu", CLASS).obj()
+        handle.dra.on_claim(False, claim)
+        queue.move_all(CLAIM_ADD, None, claim)
+    calls = len(recorder.hints)
+    print(f"\nN={n} claim events, SchedulerPreQueueingHints={gate}: {calls} QueueingHint calls")
+    assert calls == expected
+    assert queue.pending()["active"] == n
