@@ -574,3 +574,18 @@ def test_a_pod_too_big_for_every_node_comes_back_only_for_a_node_that_could_hold
         ("NodeResourcesFit", "NodeAdd", "QueueSkip"),
         ("NodeResourcesFit", "NodeAdd", "Queue"),
     ]
+
+
+def test_pre_queueing_hints_of_several_plugins_each_narrow_their_own_hints(clock: FakeClock) -> None:
+    recorder = Recorder()
+    first = Rejector("First", events=(CLAIM_ADD,), pre_hint=lambda old, new: only(PodKey("default/a")))
+    second = Rejector("Second", events=(CLAIM_ADD,), pre_hint=lambda old, new: only(PodKey("default/b")))
+    queue = scheduling_queue(clock, framework_with(first, second), recorder=recorder)
+    for name in ("a", "b", "c"):
+        queue.add(pod(name))
+    for name in ("a", "b", "c"):
+        fail(queue, name, "First", "Second")
+    clock.advance(2)
+    assert queue.move_all(CLAIM_ADD) == 2, "the union of both plugins' pods"
+    assert (sorted(first.calls), sorted(second.calls)) == (["a"], ["b"]), "each plugin's hint only for its own pods"
+    assert where(queue, "c") is Where.UNSCHEDULABLE

@@ -359,3 +359,14 @@ def test_n_claim_events_cost_o_n_hint_calls_with_the_gate_and_o_n2_without(
     print(f"\nN={n} claim events, SchedulerPreQueueingHints={gate}: {calls} QueueingHint calls")
     assert calls == expected
     assert queue.pending()["active"] == n
+
+
+def test_a_claim_deleted_while_the_pod_is_being_bound_fails_the_binding(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    handle.dra.on_claim(False, make_claim().name("c").uid("cu").request("gpu", CLASS).obj())
+    state, pod, node, _ = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node is not None
+    handle.dra.on_claim(False, make_claim().name("c").uid("cu").request("gpu", CLASS).deleting().obj())
+    status = asyncio.run(fw.run_pre_bind(state, pod, node))
+    assert status.code is Code.UNSCHEDULABLE and status.message == 'resourceclaim "c" is being deleted'
+    assert handle.claims.writes == [], "nothing written for a claim on its way out"

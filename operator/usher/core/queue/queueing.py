@@ -45,6 +45,7 @@ backoffQ if any move happened while it was in flight (moveRequestCycle).
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -69,6 +70,8 @@ from usher.core.queue.inflight import InFlight
 from usher.core.queue.queuedpod import QueuedPod, Where
 from usher.core.queue.unschedulable import UnschedulablePool
 from usher.core.types import Code, PodInfo, PodKey, QueueingHint, Status
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_INITIAL_BACKOFF = 1.0
 DEFAULT_MAX_BACKOFF = 10.0
@@ -449,6 +452,7 @@ class SchedulingQueue:
             else:
                 narrowed.by_plugin[plugin] = frozenset(pods)
                 narrowed.union.update(pods)
+                logger.debug("PreQueueingHint narrowed pod set: plugin=%s pods=%d", plugin, len(pods))
         return narrowed
 
     def _strategy(
