@@ -33,20 +33,68 @@ def _parser() -> argparse.ArgumentParser:
         help="HOST:PORT serving /metrics, /healthz and /readyz (port 0 picks a free one)",
     )
     run.add_argument("--seed", type=int, default=None, help="seed for tie-breaking between equal nodes")
+    run.add_argument(
+        "--pre-enqueue-status-delay",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="delay before a PreEnqueue rejection is reported on the pod (NotReadyForScheduling); default 5",
+    )
+    run.add_argument(
+        "--enable-debug-endpoints",
+        action="store_true",
+        help="serve /debug/queue and /debug/pods/NS/NAME (used by `usher explain`) on the metrics address",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    explain = commands.add_parser("explain", help="why is this pod pending? (asks a running usher)")
+    explain.add_argument("pod", metavar="NAMESPACE/POD")
+    explain.add_argument(
+        "--address",
+        default="127.0.0.1:10251",
+        help="usher's --metrics-bind-address (started with --enable-debug-endpoints)",
+    )
+    explain.add_argument("--json", action="store_true", help="print the raw JSON report")
     return parser
+
+
+def _explain(pod: str, address: str, as_json: bool) -> int:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from usher.explaining import render
+
+    namespace, sep, name = pod.partition("/")
+    if not sep or not namespace or not name:
+        print(f"usher explain: expected NAMESPACE/POD, got {pod!r}", file=sys.stderr)
+        return 2
+    url = f"http://{address}/debug/pods/{namespace}/{name}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            report = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        hint = " (start usher with --enable-debug-endpoints)" if exc.code == 404 else ""
+        print(f"usher explain: {url}: HTTP {exc.code}{hint}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"usher explain: cannot reach usher at {address}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if as_json else render(report))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not args.verbose:
+    if not getattr(args, "verbose", False):
         logging.getLogger("kopf").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if args.command == "explain":
+        return _explain(args.pod, args.address, args.json)
     if args.command == "run":
         from usher.adapters.connecting import CredentialsError
         from usher.adapters.serving import parse_bind_address
@@ -64,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else default_config(args.scheduler_name or "usher")
             )
             gates = parse_feature_gates(args.feature_gates)
+            if args.pre_enqueue_status_delay < 0:
+                raise ConfigError("--pre-enqueue-status-delay: must be >= 0")
         except ValueError as exc:
             print(f"usher: invalid configuration: {exc}", file=sys.stderr)
             return 2
@@ -76,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         kubeconfig=args.kubeconfig,
                         metrics_bind_address=args.metrics_bind_address,
                         seed=args.seed,
+                        status_delay=args.pre_enqueue_status_delay,
+                        debug_endpoints=args.enable_debug_endpoints,
                     )
                 )
             )

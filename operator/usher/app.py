@@ -14,6 +14,7 @@ import contextlib
 import logging
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import kopf
 
@@ -23,9 +24,11 @@ from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
 from usher.adapters.metrics import Metrics
-from usher.adapters.serving import HealthSource, build_app, serve
+from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.config import FeatureGates, SchedulerConfig
 from usher.core.clock import MonotonicClock
+from usher.core.types import pod_key
+from usher.explaining import explain, queue_summary
 from usher.runtime import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -38,6 +41,8 @@ class RunOptions:
     kubeconfig: str | None = None
     metrics_bind_address: str = "127.0.0.1:10251"
     seed: int | None = None
+    status_delay: float = 5.0
+    debug_endpoints: bool = False
 
 
 class _Health(HealthSource):
@@ -54,6 +59,17 @@ class _Health(HealthSource):
         if not self._scheduler.synced.is_set():
             return False, "cache not synced yet"
         return self.healthy()
+
+
+class _Debug(DebugSource):
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def queue(self) -> dict[str, Any]:
+        return queue_summary(self._scheduler)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return explain(self._scheduler, pod_key(namespace, name))
 
 
 async def _cluster_is_empty(api: KubeApi) -> bool:
@@ -79,6 +95,7 @@ async def run(options: RunOptions) -> None:
         dispatcher=dispatcher,
         claim_writer=DispatcherClaimWriter(dispatcher, api),
         seed=options.seed,
+        status_delay=options.status_delay,
     )
 
     registry = kopf.OperatorRegistry()
@@ -100,7 +117,8 @@ async def run(options: RunOptions) -> None:
 
     dispatcher.start()
     loop_task = asyncio.create_task(scheduler.run(), name="scheduling-loop")
-    runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task)), options.metrics_bind_address)
+    debug = _Debug(scheduler) if options.debug_endpoints else None
+    runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task), debug), options.metrics_bind_address)
     logger.info("serving /metrics, /healthz and /readyz on port %d", port)
     operator_stop: asyncio.Future[None] = loop.create_future()
     operator_task = asyncio.create_task(

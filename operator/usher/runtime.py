@@ -37,6 +37,7 @@ from usher.core.handling import EventHandlers
 from usher.core.plugins.registry import Registry, in_tree_registry
 from usher.core.queue import QueuedPod, QueueOptions, SchedulingQueue
 from usher.core.types import Code, NodeName, PodKey, Status
+from usher.notready import DEFAULT_DELAY, NotReadyReporter
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,39 @@ FAILED_SCHEDULING_REPEAT = 60.0
 
 PLUGIN_METRICS_SAMPLE = 0.1
 """Share of scheduling cycles whose per-plugin timings are recorded (as kube-scheduler's 10 %)."""
+
+
+MAX_NODES_EXPLAINED = 50
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """Why a pod's last attempt failed: per plugin and, for the first nodes, per node."""
+
+    at: float
+    result: str
+    message: str
+    plugins: dict[str, list[str]]
+    nodes: dict[str, str]
+    nodes_left_out: int
+
+    @classmethod
+    def of(
+        cls, at: float, result: str, message: str, statuses: Mapping[str, Status], rejectors: frozenset[str] | set[str]
+    ) -> AttemptRecord:
+        plugins: dict[str, set[str]] = {name: set() for name in rejectors}
+        for status in statuses.values():
+            plugins.setdefault(status.plugin or "?", set()).update(status.reasons)
+        names = sorted(statuses)
+        nodes = {name: statuses[name].message for name in names[:MAX_NODES_EXPLAINED]}
+        return cls(
+            at,
+            result,
+            message,
+            {p: sorted(r) for p, r in sorted(plugins.items())},
+            nodes,
+            max(0, len(names) - len(nodes)),
+        )
 
 
 class WaitingPods:
@@ -105,6 +139,7 @@ class Scheduler:
         gates: FeatureGates | None = None,
         registry: Registry | None = None,
         seed: int | None = None,
+        status_delay: float = DEFAULT_DELAY,
     ) -> None:
         self.config = config
         self.gates = gates or parse_feature_gates(None)
@@ -140,6 +175,11 @@ class Scheduler:
                 pop_from_backoff_q=self.gates.enabled("SchedulerPopFromBackoffQ"),
             ),
             recorder=metrics,
+            reporter=(
+                NotReadyReporter(dispatcher, self._emit_event, delay=status_delay)
+                if self.gates.enabled("SchedulerPreEnqueuePodStatus")
+                else None
+            ),
         )
         self.handlers = EventHandlers(self.cache, self.queue, set(self.frameworks), dra=self.dra)
         metrics.watch_queue(self.queue)
@@ -148,6 +188,8 @@ class Scheduler:
         self._rng = random.Random(seed)
         self._sampler = NodeSampler(config.percentage_of_nodes_to_score)
         self._failure_reports: dict[str, tuple[str, float]] = {}
+        self.last_attempts: dict[PodKey, AttemptRecord] = {}
+        """The last failed attempt of each waiting pod, for `usher explain` (dropped once it is placed)."""
         self._binding_tasks: set[asyncio.Task[None]] = set()
 
     # -- watch side (WatchSink) ---------------------------------------------
@@ -159,6 +201,7 @@ class Scheduler:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         if event_type == "DELETED":
             self._failure_reports.pop(key, None)
+            self.last_attempts.pop(PodKey(key), None)
             self._dispatcher.forget_object(key)
         else:
             self._dispatcher.sync_object(key, raw)
@@ -249,6 +292,7 @@ class Scheduler:
                 result.message,
                 unschedulable_plugins=result.unschedulable_plugins,
                 pending_plugins=result.pending_plugins,
+                node_statuses=result.node_statuses,
             )
             return
         node = result.node
@@ -320,6 +364,7 @@ class Scheduler:
         pod = queued.pod
         profile = framework.scheduler_name
         self._failure_reports.pop(pod.key, None)
+        self.last_attempts.pop(pod.key, None)
         self.metrics.schedule_attempts.labels(result="scheduled", profile=profile).inc()
         self.metrics.scheduling_attempt_duration.labels(result="scheduled", profile=profile).observe(
             time.perf_counter() - started
@@ -355,8 +400,12 @@ class Scheduler:
         *,
         unschedulable_plugins: set[str] | frozenset[str] = frozenset(),
         pending_plugins: set[str] | frozenset[str] = frozenset(),
+        node_statuses: Mapping[str, Status] | None = None,
     ) -> None:
         profile = framework.scheduler_name
+        self.last_attempts[queued.key] = AttemptRecord.of(
+            self.clock.now(), result, message, node_statuses or {}, unschedulable_plugins | pending_plugins
+        )
         self.metrics.schedule_attempts.labels(result=result, profile=profile).inc()
         self.metrics.scheduling_attempt_duration.labels(result=result, profile=profile).observe(
             time.perf_counter() - started

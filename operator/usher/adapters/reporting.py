@@ -100,3 +100,11 @@ def pod_event_body(
             "resourceVersion": meta.get("resourceVersion"),
         },
     }
+
+
+def condition_removal(pod: Mapping[str, Any] | None, *, kind: str, reason: str) -> dict[str, Any] | None:
+    """A strategic-merge patch deleting the ``kind`` condition if (and only if) it has ``reason``."""
+    current = pod_condition(pod, kind)
+    if current is None or current.get("reason") != reason:
+        return None
+    return {"status": {"conditions": [{"$patch": "delete", "type": kind}]}}

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from usher.adapters.metrics import Metrics
+
+
+class DebugSource:
+    """What the debug endpoints show (off unless --enable-debug-endpoints)."""
+
+    def queue(self) -> dict[str, Any]:
+        return {}
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return {}
 
 
 class HealthSource:
@@ -20,7 +31,7 @@ class HealthSource:
         return True, "ok"
 
 
-def build_app(metrics: Metrics, health: HealthSource) -> web.Application:
+def build_app(metrics: Metrics, health: HealthSource, debug: DebugSource | None = None) -> web.Application:
     async def metrics_handler(_: web.Request) -> web.Response:
         return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -32,6 +43,16 @@ def build_app(metrics: Metrics, health: HealthSource) -> web.Application:
         return handler
 
     app = web.Application()
+    if debug is not None:
+
+        async def queue_handler(_: web.Request) -> web.Response:
+            return web.json_response(debug.queue())
+
+        async def pod_handler(request: web.Request) -> web.Response:
+            return web.json_response(debug.pod(request.match_info["namespace"], request.match_info["name"]))
+
+        app.router.add_get("/debug/queue", queue_handler)
+        app.router.add_get("/debug/pods/{namespace}/{name}", pod_handler)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", probe(health.healthy))  # type: ignore[arg-type]
     app.router.add_get("/readyz", probe(health.ready))  # type: ignore[arg-type]

@@ -1,6 +1,22 @@
 """The scheduling queue. Pure."""
 
 from usher.core.queue.queuedpod import QueuedPod, Where
-from usher.core.queue.queueing import QueueOptions, QueueProfile, QueueRecorder, SchedulingQueue, Strategy
+from usher.core.queue.queueing import (
+    PreEnqueueReporter,
+    QueueOptions,
+    QueueProfile,
+    QueueRecorder,
+    SchedulingQueue,
+    Strategy,
+)
 
-__all__ = ["QueueOptions", "QueueProfile", "QueueRecorder", "QueuedPod", "SchedulingQueue", "Strategy", "Where"]
+__all__ = [
+    "PreEnqueueReporter",
+    "QueueOptions",
+    "QueueProfile",
+    "QueueRecorder",
+    "QueuedPod",
+    "SchedulingQueue",
+    "Strategy",
+    "Where",
+]

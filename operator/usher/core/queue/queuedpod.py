@@ -44,6 +44,8 @@ class QueuedPod:
     backoff_expiry: float = 0.0
     entry: int = 0
     """Heap entry id: stale heap entries (moved or deleted pods) are skipped by comparing it."""
+    last_rejection_message: str = ""
+    """The PreEnqueue rejection last reported on the pod (KEP-5501); empty when none is."""
     popped_cycle: int = 0
     """The scheduling cycle of the last pop (moveRequestCycle when hints are off)."""
 

@@ -106,6 +106,34 @@ class QueueRecorder(Protocol):
     def pre_hint_evaluated(self, plugin: str, result: str) -> None: ...
 
 
+class PreEnqueueReporter(Protocol):
+    """Where PreEnqueue rejections are reported on the pod (KEP-5501), already de-duplicated."""
+
+    def rejected(self, queued: QueuedPod, message: str) -> None:
+        """The pod is held back with a new message: report it (delayed)."""
+        ...
+
+    def cleared(self, queued: QueuedPod) -> None:
+        """The pod passed PreEnqueue after a reported rejection: clear the report (delayed)."""
+        ...
+
+
+NOT_READY_FOR_SCHEDULING = "NotReadyForScheduling"
+SCHEDULING_GATED = "SchedulingGated"
+
+
+def reported_message(pod: Mapping[str, Any]) -> str:
+    """The PreEnqueue-style message the pod already carries (ours, or the API server's gate condition)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") in (NOT_READY_FOR_SCHEDULING, SCHEDULING_GATED)
+        ):
+            return str(condition.get("message") or "")
+    return ""
+
+
 class _Silent:
     def incoming(self, queue: str, event: str) -> None:
         pass
@@ -145,12 +173,14 @@ class SchedulingQueue:
         sort_key: SortKey,
         options: QueueOptions | None = None,
         recorder: QueueRecorder | None = None,
+        reporter: PreEnqueueReporter | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._clock = clock
         self._profiles = profiles
         self._options = options or QueueOptions()
         self._recorder: QueueRecorder = recorder or _Silent()
+        self._reporter = reporter
         self._timer = timer
         self._pods: dict[PodKey, QueuedPod] = {}
         self._active = ActiveQueue(sort_key)
@@ -538,6 +568,7 @@ class SchedulingQueue:
             gate = status.plugin or "PreEnqueue"
             unchanged = queued.where is Where.UNSCHEDULABLE and queued.gating_plugin == gate
             queued.gating_message = status.message
+            self._report_rejection(queued, status.message)
             if not unchanged:
                 self._leave(queued)
                 queued.gating_plugin = gate
@@ -546,8 +577,22 @@ class SchedulingQueue:
         self._leave(queued)
         queued.gating_plugin = ""
         queued.gating_message = ""
+        if self._reporter is not None and queued.last_rejection_message:
+            queued.last_rejection_message = ""
+            self._reporter.cleared(queued)
         self._push_active(queued)
         self._recorder.incoming(Where.ACTIVE.value, label)
+
+    def _report_rejection(self, queued: QueuedPod, message: str) -> None:
+        """KEP-5501: report a new rejection message once; seeded from the pod so a restart repeats nothing."""
+        if self._reporter is None:
+            return
+        if not queued.last_rejection_message:
+            queued.last_rejection_message = reported_message(queued.pod.raw)
+        if queued.last_rejection_message == message:
+            return
+        queued.last_rejection_message = message
+        self._reporter.rejected(queued, message)
 
     def _push_active(self, queued: QueuedPod) -> None:
         self._active.push(queued, self._next_entry())

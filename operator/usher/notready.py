@@ -1,0 +1,73 @@
+"""NotReadyForScheduling (KEP-5501): tell users why PreEnqueue holds their pod back.
+
+When a PreEnqueue plugin rejects a pod with a new message, a *delayed*
+status patch sets ``PodScheduled=False, reason=NotReadyForScheduling,
+message=<the plugin's message>``, and when it lands an Event with the same
+reason and message is written. When the pod later passes PreEnqueue, a
+delayed patch removes that condition. The dispatcher merges the calls of one
+pod without resetting the delay and drops those that became no-ops, so a
+reason that resolves within the delay never reaches the API server, and the
+pod never shows a stale reason for longer than the delay. The queue
+de-duplicates messages (seeded from the pod's own condition, so a restart
+repeats nothing, and a gated pod already carrying the API server's
+SchedulingGated condition with the same message is never patched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from usher.adapters.binding import STATUS_PATCH_RELEVANCE
+from usher.adapters.dispatching import NO_OP, ApiCall, Dispatcher, Request
+from usher.adapters.kubeapi import ApiResult
+from usher.adapters.reporting import condition_patch, condition_removal, status_path
+from usher.core.queue import QueuedPod
+from usher.core.queue.queueing import NOT_READY_FOR_SCHEDULING
+
+DEFAULT_DELAY = 5.0
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+EmitEvent = Callable[[Mapping[str, Any], str, str, str, str, str], None]
+"""(pod, type, reason, action, note, controller) -> None."""
+
+
+class NotReadyReporter:
+    def __init__(self, dispatcher: Dispatcher, emit_event: EmitEvent, *, delay: float = DEFAULT_DELAY) -> None:
+        self._dispatcher = dispatcher
+        self._emit_event = emit_event
+        self._delay = delay
+
+    def rejected(self, queued: QueuedPod, message: str) -> None:
+        pod = queued.pod
+        path = status_path(pod.namespace, pod.name)
+
+        def build(current: Mapping[str, Any] | None) -> Request | None:
+            patch = condition_patch(
+                current, kind="PodScheduled", status="False", reason=NOT_READY_FOR_SCHEDULING, message=message
+            )
+            return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
+
+        def landed(result: ApiResult) -> None:
+            if result.ok and result is not NO_OP:
+                self._emit_event(pod.raw, "Normal", NOT_READY_FOR_SCHEDULING, "Scheduling", message, pod.scheduler_name)
+
+        self._dispatcher.add(
+            ApiCall(
+                "pod_status_patch", pod.key, build, relevance=STATUS_PATCH_RELEVANCE, delay=self._delay, on_done=landed
+            ),
+            current=pod.raw,
+        )
+
+    def cleared(self, queued: QueuedPod) -> None:
+        pod = queued.pod
+        path = status_path(pod.namespace, pod.name)
+
+        def build(current: Mapping[str, Any] | None) -> Request | None:
+            patch = condition_removal(current, kind="PodScheduled", reason=NOT_READY_FOR_SCHEDULING)
+            return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
+
+        self._dispatcher.add(
+            ApiCall("pod_status_patch", pod.key, build, relevance=STATUS_PATCH_RELEVANCE, delay=self._delay),
+            current=pod.raw,
+        )
