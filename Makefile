@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 export USHER_CACHE
 
-.PHONY: help venv binaries lint unit e2e test demo controlplane clean-cache
+.PHONY: help venv binaries tools kind-e2e lint unit e2e test demo controlplane clean-cache manifests
 
 help:
 	@echo "make demo    local control plane + kwok nodes + usher scheduling sample pods"
@@ -32,6 +32,12 @@ venv: $(STAMP)
 binaries:
 	bash e2e/build-binaries.sh
 
+# Debian's prometheus (prometheus + promtool) for the e2e checks of the chart's rules and of scraping.
+tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+
 lint: venv
 	$(BIN)/ruff check operator tests e2e conftest.py
 	$(BIN)/ruff format --check operator tests e2e conftest.py
@@ -41,10 +47,10 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv binaries
+e2e: venv binaries tools
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
-test: venv binaries lint
+test: venv binaries tools lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv binaries
@@ -52,6 +58,14 @@ demo: venv binaries
 
 controlplane: venv binaries
 	$(BIN)/python -m e2e.controlplane up
+
+# The e2e suite on a kind cluster (needs Docker; CI here has none): see e2e/kind.sh.
+kind-e2e: venv
+	bash e2e/kind.sh $(PYTEST_ARGS)
+
+manifests: binaries
+	$(USHER_CACHE)/bin/$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/helm template usher charts/usher \
+		--namespace usher-system > manifests/install.yaml
 
 clean-cache:
 	rm -rf $(USHER_CACHE)

@@ -42,10 +42,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from yaml import safe_load as yaml_load
 
 __all__ = [
     "DEFAULT_CONTROLLERS",
@@ -1206,3 +1209,92 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+# --------------------------------------------------------------------------- external clusters
+
+
+@dataclass(frozen=True)
+class _ExternalPki:
+    ca_crt: Path
+
+
+@dataclass(eq=False)
+class ExternalCluster(ControlPlane):
+    """An existing cluster (kind, or any kubeconfig) behind the `ControlPlane` surface the tests use.
+
+    Nothing is started or stopped; ``add_kwok_node`` needs a kwok controller
+    running in that cluster with the same annotation selector (e2e/kind.sh
+    installs one). Credentials must be embedded in the kubeconfig
+    (certificate-authority-data and a client certificate or a token).
+    """
+
+    source: Path = Path()
+    _server: str = ""
+    _token: str = ""
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path, workdir: Path) -> ExternalCluster:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "logs").mkdir(exist_ok=True)
+        config = yaml_load(kubeconfig.read_text())
+        context_name = config.get("current-context")
+        context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+        ca = workdir / "ca.crt"
+        ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        context_ssl = ssl.create_default_context(cafile=str(ca))
+        if user.get("client-certificate-data"):
+            cert, key = workdir / "client.crt", workdir / "client.key"
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            context_ssl.load_cert_chain(str(cert), str(key))
+        shutil.copyfile(kubeconfig, workdir / "kubeconfig")
+        plane = cls(workdir=workdir, binaries=Binaries.locate(), ports=Ports(0, 0, 0, 0, 0, 0))
+        plane.source = kubeconfig
+        plane._server = str(cluster["server"])
+        plane._token = str(user.get("token") or "")
+        plane._ssl = context_ssl
+        plane._pki = _ExternalPki(ca)  # type: ignore[assignment]
+        return plane
+
+    @property
+    def server(self) -> str:
+        return self._server
+
+    @property
+    def node_lifecycle_controller(self) -> bool:
+        return True  # a real cluster lifts the not-ready taint itself
+
+    def is_running(self) -> bool:
+        return True
+
+    def ensure_running(self) -> None:
+        return None
+
+    def stop(self, grace: float = 10.0) -> None:
+        return None
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", timeout: float = 30.0
+    ) -> Any:
+        url = urllib.parse.urlsplit(self._server)
+        payload = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        conn = http.client.HTTPSConnection(
+            url.hostname or "127.0.0.1", url.port or 443, context=self._ssl, timeout=timeout
+        )
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        finally:
+            conn.close()
+        if response.status >= 400:
+            raise ApiError(response.status, method, path, data.decode("utf-8", "replace"))
+        return json.loads(data) if data else None

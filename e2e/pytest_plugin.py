@@ -84,25 +84,20 @@ def artifacts_dir(request: pytest.FixtureRequest) -> Path:
     return run_dir(request.config)
 
 
-def _start_external(kubeconfig: str) -> ControlPlane:
-    """Hook for external-cluster mode (``USHER_KUBECONFIG=<path>``): not built yet.
-
-    To build it: return an object with the `ControlPlane` surface the tests use
-    (``kubeconfig``, ``server``, ``kubectl``, ``create_namespace``,
-    ``add_kwok_node`` backed by a kwok deployed in that cluster, ``wait_for``)
-    and make ``stop`` a no-op.
-    """
-    raise pytest.UsageError(
-        f"{EXTERNAL_KUBECONFIG_ENV}={kubeconfig} asks for an external cluster, which is not supported yet; "
-        f"unset it to run against a local control plane (see e2e/pytest_plugin.py)"
-    )
+def _start_external(kubeconfig: str, workdir: Path) -> ControlPlane:
+    """External-cluster mode (``USHER_KUBECONFIG=<path>``, e.g. kind via e2e/kind.sh): use that cluster as it is."""
+    return controlplane.ExternalCluster.from_kubeconfig(Path(kubeconfig), workdir)
 
 
 @pytest.fixture(scope="session")
 def control_plane(request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterator[ControlPlane]:
     """A real local control plane (etcd, kube-apiserver, kcm, kwok) shared by the session."""
     external = os.environ.get(EXTERNAL_KUBECONFIG_ENV)
-    plane = _start_external(external) if external else controlplane.start(artifacts_dir / "control-plane")
+    plane = (
+        _start_external(external, artifacts_dir / "control-plane")
+        if external
+        else controlplane.start(artifacts_dir / "control-plane")
+    )
     request.config.stash[_PLANE] = plane
     try:
         yield plane

@@ -13,7 +13,7 @@ import pytest
 from e2e.controlplane import wait_for
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
-from e2e.test_scheduling import pod_manifest
+from e2e.test_scheduling import events_in, pod_manifest
 from e2e.usher_process import REPO, UsherProcess
 
 pytestmark = pytest.mark.e2e
@@ -29,8 +29,7 @@ def pod_scheduled(core_api: kubernetes.client.CoreV1Api, namespace: str, name: s
 
 
 def notes(core_api: kubernetes.client.CoreV1Api, namespace: str, pod: str, reason: str) -> list[str]:
-    events = kubernetes.client.EventsV1Api(core_api.api_client).list_namespaced_event(namespace).items
-    return [e.note for e in events if e.regarding.name == pod and e.reason == reason]
+    return [e.note for e in events_in(core_api, namespace) if e.pod == pod and e.reason == reason]
 
 
 def test_a_held_back_pod_gets_the_condition_and_event_and_a_gated_pod_is_left_alone(

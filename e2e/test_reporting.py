@@ -11,15 +11,14 @@ import pytest
 
 from e2e.controlplane import ControlPlane, wait_for
 from e2e.faultproxy import Fault, running
-from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, pods_in, scheduled_events
+from e2e.test_scheduling import assert_no_node_overcommitted, events_in, pod_manifest, pods_in, scheduled_events
 from e2e.usher_process import UsherProcess
 
 pytestmark = pytest.mark.e2e
 
 
 def events_for(core_api: kubernetes.client.CoreV1Api, namespace: str, pod: str, reason: str) -> list[str]:
-    events = kubernetes.client.EventsV1Api(core_api.api_client).list_namespaced_event(namespace).items
-    return [e.note for e in events if e.regarding.name == pod and e.reason == reason]
+    return [e.note for e in events_in(core_api, namespace) if e.pod == pod and e.reason == reason]
 
 
 def test_a_pod_that_fits_nowhere_gets_the_condition_and_one_event(

@@ -24,11 +24,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class UsherProcess:
-    def __init__(self, *, kubeconfig: Path, scheduler_name: str, log_path: Path, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        scheduler_name: str,
+        log_path: Path,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ):
         self.kubeconfig = kubeconfig
         self.scheduler_name = scheduler_name
         self.log_path = log_path
         self.extra_args = extra_args
+        self.env = env or {}
         self.port = free_ports(1)[0]
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -39,7 +48,7 @@ class UsherProcess:
     def start(self, *, wait_ready: bool = True) -> UsherProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        env = dict(os.environ, PYTHONPATH=str(REPO / "operator"), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=str(REPO / "operator"), PYTHONUNBUFFERED="1", **self.env)
         name_args = [] if "--config" in self.extra_args else ["--scheduler-name", self.scheduler_name]
         self.process = subprocess.Popen(
             [

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from usher import __version__
 
@@ -45,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve /debug/queue and /debug/pods/NS/NAME (used by `usher explain`) on the metrics address",
     )
+    election = run.add_argument_group("leader election (overrides the --config file's leaderElection)")
+    election.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None)
+    election.add_argument("--leader-elect-resource-name", help="Lease name (default: the first scheduler name)")
+    election.add_argument("--leader-elect-resource-namespace", help="Lease namespace (default: the pod's own)")
+    election.add_argument("--leader-elect-lease-duration", type=float, metavar="SECONDS")
+    election.add_argument("--leader-elect-renew-deadline", type=float, metavar="SECONDS")
+    election.add_argument("--leader-elect-retry-period", type=float, metavar="SECONDS")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     explain = commands.add_parser("explain", help="why is this pod pending? (asks a running usher)")
     explain.add_argument("pod", metavar="NAMESPACE/POD")
@@ -83,6 +91,30 @@ def _explain(pod: str, address: str, as_json: bool) -> int:
     return 0
 
 
+def _lease(args: argparse.Namespace, config: Any) -> Any:
+    """Leader election settings: the config file's leaderElection, with explicit flags winning."""
+    from usher.adapters.leading import LeaseSettings, default_namespace
+    from usher.config import ConfigError
+
+    section = config.leader_election
+    enabled = section.leader_elect if args.leader_elect is None else args.leader_elect
+    if not enabled:
+        return None
+    settings = LeaseSettings(
+        name=args.leader_elect_resource_name or section.resource_name or config.scheduler_names[0],
+        namespace=args.leader_elect_resource_namespace or section.resource_namespace or default_namespace(),
+        lease_duration=args.leader_elect_lease_duration or section.lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline or section.renew_deadline,
+        retry_period=args.leader_elect_retry_period or section.retry_period,
+    )
+    if not settings.lease_duration > settings.renew_deadline > settings.retry_period * 1.2:
+        raise ConfigError(
+            "--leader-elect-*: need lease duration > renew deadline > 1.2 x retry period, got "
+            f"{settings.lease_duration:g}s, {settings.renew_deadline:g}s, {settings.retry_period:g}s"
+        )
+    return settings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -98,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         from usher.adapters.connecting import CredentialsError
         from usher.adapters.serving import parse_bind_address
-        from usher.app import RunOptions, run
+        from usher.app import LeadershipLostError, RunOptions, run
         from usher.config import ConfigError, default_config, load_config, parse_feature_gates
         from usher.core.plugins.registry import in_tree_registry
 
@@ -114,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gates = parse_feature_gates(args.feature_gates)
             if args.pre_enqueue_status_delay < 0:
                 raise ConfigError("--pre-enqueue-status-delay: must be >= 0")
+            lease = _lease(args, config)
         except ValueError as exc:
             print(f"usher: invalid configuration: {exc}", file=sys.stderr)
             return 2
@@ -128,12 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         seed=args.seed,
                         status_delay=args.pre_enqueue_status_delay,
                         debug_endpoints=args.enable_debug_endpoints,
+                        lease=lease,
                     )
                 )
             )
         except CredentialsError as exc:
             print(f"usher: {exc}", file=sys.stderr)
             return 2
+        except LeadershipLostError as exc:
+            print(f"usher: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

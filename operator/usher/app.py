@@ -23,6 +23,7 @@ from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
+from usher.adapters.leading import LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.config import FeatureGates, SchedulerConfig
@@ -34,6 +35,10 @@ from usher.runtime import Scheduler
 logger = logging.getLogger(__name__)
 
 
+class LeadershipLostError(RuntimeError):
+    """The lease was lost: this instance must stop (and be restarted as a follower)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     config: SchedulerConfig
@@ -43,6 +48,8 @@ class RunOptions:
     seed: int | None = None
     status_delay: float = 5.0
     debug_endpoints: bool = False
+    lease: LeaseSettings | None = None
+    """Leader election on this Lease; None: this instance always schedules."""
 
 
 class _Health(HealthSource):
@@ -116,6 +123,21 @@ async def run(options: RunOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     dispatcher.start()
+    lost = False
+
+    def on_lost() -> None:
+        nonlocal lost
+        lost = True
+        stop.set()
+
+    leader_task: asyncio.Task[None] | None = None
+    elector: LeaderElector | None = None
+    if options.lease is not None:
+        elector = LeaderElector(options.lease, api, on_lost)
+        scheduler.leading = elector.leading
+        leader_task = asyncio.create_task(elector.run(), name="leader-election")
+    else:
+        scheduler.leading.set()
     loop_task = asyncio.create_task(scheduler.run(), name="scheduling-loop")
     debug = _Debug(scheduler) if options.debug_endpoints else None
     runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task), debug), options.metrics_bind_address)
@@ -146,14 +168,24 @@ async def run(options: RunOptions) -> None:
             operator_stop.set_result(None)
         loop_task.cancel()
         stop_task.cancel()
+        if leader_task is not None:
+            leader_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(operator_task, timeout=10)
         with contextlib.suppress(asyncio.CancelledError):
             await loop_task
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(dispatcher.drained(), 5.0)
+        if not lost:  # a lost lease stops everything at once: no queued binding goes out any more
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(dispatcher.drained(), 5.0)
         await dispatcher.stop()
+        if elector is not None and not lost:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(elector.release(), 5.0)
         await runner.cleanup()
         await api.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+    if lost:
+        raise LeadershipLostError(
+            f"lease {options.lease.namespace}/{options.lease.name} lost" if options.lease else "lease lost"
+        )

@@ -184,6 +184,8 @@ class Scheduler:
         self.handlers = EventHandlers(self.cache, self.queue, set(self.frameworks), dra=self.dra)
         metrics.watch_queue(self.queue)
         self.synced = asyncio.Event()
+        self.leading = asyncio.Event()
+        """Set while this instance may schedule (always, without leader election)."""
         self._wake = asyncio.Event()
         self._rng = random.Random(seed)
         self._sampler = NodeSampler(config.percentage_of_nodes_to_score)
@@ -243,6 +245,7 @@ class Scheduler:
     async def run(self) -> None:
         """Schedule pods until cancelled. Starts once the cache is synced."""
         await self.synced.wait()
+        await self.leading.wait()
         logger.info("scheduling pods for profiles %s", ", ".join(self.frameworks))
         streak = 0
         while True:
@@ -250,6 +253,9 @@ class Scheduler:
             self.queue.flush()
             for key in self.cache.cleanup_expired(now):
                 logger.warning("assumed pod %s never showed up bound; forgetting it", key)
+            if not self.leading.is_set():  # lease lost: not one more pod
+                await self.leading.wait()
+                continue
             queued = self.queue.pop()
             if queued is None:
                 streak = 0

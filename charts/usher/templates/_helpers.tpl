@@ -14,3 +14,42 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: usher
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- define "usher.schedulerNames" -}}
+{{- if .Values.config.profiles -}}
+{{- range .Values.config.profiles }}{{ .schedulerName }} {{ end -}}
+{{- else -}}
+{{ .Values.schedulerName }}
+{{- end -}}
+{{- end -}}
+
+{{- define "usher.leaseName" -}}
+{{- .Values.leaderElection.resourceName | default (splitList " " (include "usher.schedulerNames" .) | first) -}}
+{{- end -}}
+
+{{- define "usher.leaseNamespace" -}}
+{{- .Values.leaderElection.resourceNamespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{- define "usher.config" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+{{- $config := omit .Values.config "profiles" }}
+{{- with $config }}
+{{ toYaml . }}
+{{- end }}
+leaderElection:
+  leaderElect: {{ .Values.leaderElection.enabled }}
+  resourceLock: leases
+  resourceName: {{ include "usher.leaseName" . }}
+  resourceNamespace: {{ include "usher.leaseNamespace" . }}
+  leaseDuration: {{ .Values.leaderElection.leaseDuration }}
+  renewDeadline: {{ .Values.leaderElection.renewDeadline }}
+  retryPeriod: {{ .Values.leaderElection.retryPeriod }}
+profiles:
+{{- if .Values.config.profiles }}
+{{ toYaml .Values.config.profiles }}
+{{- else }}
+- schedulerName: {{ .Values.schedulerName }}
+{{- end }}
+{{- end -}}

@@ -324,4 +324,9 @@ class Dispatcher:
                 logger.info("%s %s: %s; retrying in %.2fs", call_type, key, result.message, delay)
                 await self._sleep(delay)
         self._observer.call_finished(call_type, "success" if result.ok else "error", loop.time() - started)
+        if not result.ok:
+            # 404/409 are answers the caller handles (gone, already bound, conflict); anything else is a failure
+            # users must be able to see, e.g. a 403 when RBAC lacks a verb.
+            level = logging.INFO if result.status in (404, 409) else logging.WARNING
+            logger.log(level, "%s %s failed: HTTP %d: %s", call_type, key, result.status, result.message)
         return result

@@ -1,0 +1,292 @@
+"""The Helm chart, installed with helm into the real API server, and usher running with only its permissions.
+
+usher runs outside the cluster (no kubelet here) with a TokenRequest token
+of the chart's ServiceAccount and the chart's own ConfigMap, so every call it
+makes is authorised by the chart's RBAC through the real RBAC authorizer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+
+from e2e.controlplane import ControlPlane, cache_dir, read_versions, wait_for
+from e2e.dra_driver import Driver, claim
+from e2e.test_dra import claim_pod
+from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
+from e2e.usher_process import UsherProcess
+from usher.config import parse_config
+from usher.core.plugins.registry import in_tree_registry
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "usher"
+
+
+def helm(*args: str, kubeconfig: Path | None = None) -> str:
+    binary = cache_dir() / "bin" / read_versions()["HELM_VERSION"] / "helm"
+    command = [str(binary), *args] + ([f"--kubeconfig={kubeconfig}"] if kubeconfig else [])
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("values", sorted(p.name for p in (CHART / "ci").glob("*-values.yaml")))
+def test_the_chart_lints_and_renders_a_configuration_usher_accepts(values: str) -> None:
+    helm("lint", str(CHART), "-f", str(CHART / "ci" / values), "--strict")
+    rendered = [d for d in yaml.safe_load_all(helm("template", "r", str(CHART), "-f", str(CHART / "ci" / values))) if d]
+    [configmap] = [d for d in rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")]
+    config = parse_config(yaml.safe_load(configmap["data"]["config.yaml"]), registry=in_tree_registry())
+    assert config.scheduler_names
+    [deployment] = [d for d in rendered if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--config=/etc/usher/config.yaml" in container["args"]
+
+
+def test_the_prometheus_rules_are_valid() -> None:
+    rendered = helm("template", "r", str(CHART), "-f", str(CHART / "ci" / "full-values.yaml"))
+    [rule] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PrometheusRule"]
+    promtool = Path("/usr/bin/promtool")
+    if not promtool.exists():
+        pytest.fail("promtool is missing: .ci/run installs Debian's prometheus package (apt-get install prometheus)")
+    rules = Path("/tmp") / f"usher-rules-{id(rule)}.yaml"
+    rules.write_text(yaml.safe_dump(rule["spec"]))
+    result = subprocess.run([str(promtool), "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 4 rules found" in result.stdout
+
+
+def test_the_committed_install_manifest_is_the_rendered_chart() -> None:
+    rendered = helm("template", "usher", str(CHART), "--namespace", "usher-system")
+    committed = (REPO / "manifests" / "install.yaml").read_text()
+    assert rendered == committed, "manifests/install.yaml drifted from the chart: run `make manifests`"
+
+
+class Installed:
+    """A chart release in the harness and what usher needs to run as its ServiceAccount."""
+
+    def __init__(self, control_plane: ControlPlane, namespace: str, release: str, tmp_path: Path) -> None:
+        self.control_plane = control_plane
+        self.namespace = namespace
+        self.release = release
+        self.tmp_path = tmp_path
+
+    def install(self, **values: Any) -> None:
+        overrides = self.tmp_path / "values.yaml"
+        overrides.write_text(yaml.safe_dump({"schedulerName": self.release, **values}))
+        helm(
+            "install",
+            self.release,
+            str(CHART),
+            "--namespace",
+            self.namespace,
+            "-f",
+            str(overrides),
+            kubeconfig=self.control_plane.kubeconfig,
+        )
+
+    def kubeconfig(self) -> Path:
+        token = self.control_plane.kubectl(
+            "create", "token", self.release, "-n", self.namespace, "--duration=1h"
+        ).strip()
+        path = self.tmp_path / "sa-kubeconfig"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "c",
+                            "cluster": {
+                                "server": self.control_plane.server,
+                                "certificate-authority": str(self.control_plane.pki.ca_crt),
+                            },
+                        }
+                    ],
+                    "users": [{"name": "u", "user": {"token": token}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        return path
+
+    def config(self) -> Path:
+        data = yaml.safe_load(
+            self.control_plane.kubectl("get", "configmap", f"{self.release}-config", "-n", self.namespace, "-o", "yaml")
+        )
+        path = self.tmp_path / "config.yaml"
+        path.write_text(data["data"]["config.yaml"])
+        return path
+
+    def usher(self, name: str, *extra: str) -> UsherProcess:
+        log = self.control_plane.logs_dir / f"usher-{self.release}-{name}.log"
+        return UsherProcess(
+            kubeconfig=self.kubeconfig(),
+            scheduler_name=self.release,
+            log_path=log,
+            extra_args=("--config", str(self.config()), *extra),
+            env={"POD_NAME": name},
+        )
+
+
+@pytest.fixture
+def release(control_plane: ControlPlane, namespace: str, test_id: str, tmp_path: Path) -> Iterator[Installed]:
+    installed = Installed(control_plane, namespace, f"u-{test_id}"[:40].rstrip("-"), tmp_path)
+    yield installed
+    for kind in ("clusterrole", "clusterrolebinding"):
+        control_plane.kubectl("delete", kind, installed.release, "--ignore-not-found")
+
+
+def test_usher_schedules_with_only_the_charts_permissions(
+    control_plane: ControlPlane,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    release: Installed,
+) -> None:
+    release.install(replicaCount=1, leaderElection={"enabled": False})
+    node = kwok_nodes("n")
+    driver = Driver(core_api.api_client, f"{release.release}-gpu")
+    driver.publish_class()
+    driver.publish_node(node, devices=1)
+    driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
+    process = release.usher("only")
+    try:
+        with process:
+            process.start()
+            core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
+            core_api.create_namespaced_pod(namespace, claim_pod("with-device", release.release, claim_name="gpu"))
+            core_api.create_namespaced_pod(namespace, pod_manifest("too-big", release.release, cpu="100"))
+            wait_for(lambda: core_api.read_namespaced_pod("p", namespace).spec.node_name, 30, "the pod bound")
+            wait_for(
+                lambda: core_api.read_namespaced_pod("with-device", namespace).spec.node_name,
+                30,
+                "the pod with a device claim bound (claim finalizer, allocation and reservation written)",
+            )
+            wait_for(
+                lambda: any(
+                    c.reason == "Unschedulable"
+                    for c in core_api.read_namespaced_pod("too-big", namespace).status.conditions or []
+                ),
+                30,
+                "the Unschedulable condition patched (pods/status)",
+            )
+            wait_for(
+                lambda: scheduled_events(core_api, namespace, release.release)["p"] == 1, 30, "the Scheduled Event"
+            )
+            assert process.terminate() == 0
+    finally:
+        driver.cleanup()
+    text = process.log_path.read_text()
+    assert "forbidden" not in text.lower(), text[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("resource", "verb", "symptom"),
+    [
+        ("pods/binding", "create", "binding"),
+        ("pods/status", "patch", "condition"),
+    ],
+    ids=["without pods/binding create nothing is bound", "without pods/status patch no condition is written"],
+)
+def test_every_rule_of_the_cluster_role_is_needed(
+    control_plane: ControlPlane,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    release: Installed,
+    resource: str,
+    verb: str,
+    symptom: str,
+) -> None:
+    release.install(replicaCount=1, leaderElection={"enabled": False})
+    rbac = kubernetes.client.RbacAuthorizationV1Api(core_api.api_client)
+    role = rbac.read_cluster_role(release.release)
+    kept = [r for r in role.rules if resource not in (r.resources or [])]
+    assert len(kept) == len(role.rules) - 1, f"the chart grants {resource} in exactly one rule"
+    role.rules = kept
+    rbac.replace_cluster_role(release.release, role)
+    kwok_nodes("n", cpu="2")
+    process = release.usher("limited")
+    with process:
+        process.start()
+        if symptom == "binding":
+            core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
+            wait_for(
+                lambda: (
+                    process.metric("scheduler_async_api_call_execution_total", call_type="pod_binding", result="error")
+                    >= 1
+                ),
+                60,
+                "the binding to fail",
+            )
+            assert core_api.read_namespaced_pod("p", namespace).spec.node_name is None
+        else:
+            core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release, cpu="100"))
+            wait_for(
+                lambda: (
+                    process.metric(
+                        "scheduler_async_api_call_execution_total", call_type="pod_status_patch", result="error"
+                    )
+                    >= 1
+                ),
+                60,
+                "the status patch to fail",
+            )
+            assert not core_api.read_namespaced_pod("p", namespace).status.conditions
+    assert "forbidden" in process.log_path.read_text().lower(), "the failure is visible in the log"
+
+
+def test_two_replicas_lose_and_double_bind_nothing_when_the_leader_dies_mid_burst(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    release: Installed,
+) -> None:
+    release.install(leaderElection={"enabled": True, "leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"})
+    nodes = [kwok_nodes(f"n{i}", cpu="32", memory="64Gi", pods=110) for i in range(4)]
+    first, second = release.usher("replica-a"), release.usher("replica-b")
+    with first, second:
+        first.start()
+        second.start()
+        coordination = kubernetes.client.CoordinationV1Api(core_api.api_client)
+        holder = wait_for(
+            lambda: coordination.read_namespaced_lease(release.release, namespace).spec.holder_identity,
+            30,
+            "a leader",
+            ignore=(kubernetes.client.ApiException,),
+        )
+        leader, follower = (first, second) if holder.startswith("replica-a") else (second, first)
+        for i in range(150):
+            core_api.create_namespaced_pod(namespace, pod_manifest(f"p{i:03d}", release.release, cpu="100m"))
+
+        def bound() -> int:
+            return sum(1 for p in core_api.list_namespaced_pod(namespace).items if p.spec.node_name)
+
+        wait_for(lambda: bound() >= 50, 60, "the first pods bound by the leader")
+        assert follower.metric("scheduler_schedule_attempts_total") == 0, "a follower never schedules"
+        leader.kill()
+        # The burst goes on while the lease changes hands.
+        for i in range(150, 300):
+            core_api.create_namespaced_pod(namespace, pod_manifest(f"p{i:03d}", release.release, cpu="100m"))
+        wait_for(lambda: bound() == 300, 120, "every pod bound after the leader died")
+        assert follower.metric("scheduler_schedule_attempts_total", result="scheduled") > 0, "the follower took over"
+        events: Counter[str] = scheduled_events(core_api, namespace, release.release)
+        assert max(events.values()) == 1, f"a pod was bound twice: {events.most_common(3)}"
+        assert_no_node_overcommitted(core_api, nodes)
