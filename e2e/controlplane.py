@@ -924,10 +924,11 @@ class ControlPlane:
         if self._ssl is None:
             raise ControlPlaneError("control plane not started")
         payload = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **self._auth_headers()}
         if payload is not None:
             headers["Content-Type"] = content_type
-        conn = http.client.HTTPSConnection("127.0.0.1", self.ports.apiserver, context=self._ssl, timeout=timeout)
+        host, port = self._endpoint()
+        conn = http.client.HTTPSConnection(host, port, context=self._ssl, timeout=timeout)
         try:
             conn.request(method, path, body=payload, headers=headers)
             response = conn.getresponse()
@@ -937,6 +938,12 @@ class ControlPlane:
         if response.status >= 400:
             raise ApiError(response.status, method, path, data.decode("utf-8", "replace"))
         return json.loads(data) if data else None
+
+    def _endpoint(self) -> tuple[str, int]:
+        return "127.0.0.1", self.ports.apiserver
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {}  # the admin client certificate is in the SSL context
 
     def _get_or_none(self, path: str) -> Any:
         try:
@@ -1276,25 +1283,9 @@ class ExternalCluster(ControlPlane):
     def stop(self, grace: float = 10.0) -> None:
         return None
 
-    def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", timeout: float = 30.0
-    ) -> Any:
+    def _endpoint(self) -> tuple[str, int]:
         url = urllib.parse.urlsplit(self._server)
-        payload = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        headers = {"Accept": "application/json"}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        if payload is not None:
-            headers["Content-Type"] = content_type
-        conn = http.client.HTTPSConnection(
-            url.hostname or "127.0.0.1", url.port or 443, context=self._ssl, timeout=timeout
-        )
-        try:
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-        finally:
-            conn.close()
-        if response.status >= 400:
-            raise ApiError(response.status, method, path, data.decode("utf-8", "replace"))
-        return json.loads(data) if data else None
+        return url.hostname or "127.0.0.1", url.port or 443
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
