@@ -266,7 +266,13 @@ class Scheduler:
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
                 continue
-            self.schedule_one(queued)
+            try:
+                self.schedule_one(queued)
+            except Exception:
+                # A bug must cost one attempt of one pod, never the scheduler: back off and retry.
+                logger.exception("scheduling pod %s failed unexpectedly", queued.key)
+                self.cache.forget(queued.key)
+                self.queue.add_unschedulable(queued)
             streak += 1
             if streak % YIELD_EVERY == 0:
                 await asyncio.sleep(0)

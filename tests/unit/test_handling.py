@@ -96,3 +96,18 @@ def test_removing_the_gates_of_a_queued_pod_activates_it(handlers: EventHandlers
     ungated = make_pod().name("a").uid(gated.obj()["metadata"]["uid"]).version().obj()
     assert handlers.on_pod("MODIFIED", ungated) == "UnscheduledPodUpdate"
     assert handlers.queue.pending() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 0}
+
+
+def test_a_late_unbound_update_of_an_assumed_pod_does_not_queue_it_again(handlers: EventHandlers) -> None:
+    handlers.on_node("ADDED", make_node().name("n").obj())
+    pod = make_pod().name("a")
+    handlers.on_pod("ADDED", pod.obj())
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.cache.assume(queued.pod, queued.pod.node_name or "n")  # type: ignore[arg-type]
+    handlers.queue.done(queued.key)
+    # kube-controller-manager (or our own status patch) updates the pod before the watch shows the binding.
+    assert handlers.on_pod("MODIFIED", pod.version().obj()) == ""
+    assert len(handlers.queue) == 0, "never queued twice while its binding is on the way"
+    handlers.on_pod("MODIFIED", pod.node("n").version().obj())
+    assert handlers.cache.node("n").requested["pods"] == 1  # type: ignore[union-attr]

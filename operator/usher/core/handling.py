@@ -98,7 +98,10 @@ class EventHandlers:
         return "AssignedPodUpdate"
 
     def _unscheduled(self, pod: PodInfo) -> str:
-        # An assumed pod still shows unbound until the watch catches up: it stays counted.
+        if self.cache.is_assumed(pod.key):
+            # Placed by us, its binding on the way or done: the watch has not caught up yet.
+            # Queueing it again would place it twice.
+            return ""
         ours = pod.scheduler_name in self.scheduler_names and not pod.deleting
         queued = self.queue.get(pod.key)
         if not ours:
