@@ -234,7 +234,7 @@ class Scheduler:
 
     def _after_event(self, label: str, started: float) -> None:
         if label:
-            self.metrics.event_handling_duration.labels(event=label).observe(time.perf_counter() - started)
+            self.metrics.child(self.metrics.event_handling_duration, label).observe(time.perf_counter() - started)
         for bad in self.handlers.malformed:
             self._report_failure(bad.pod, f"pod cannot be scheduled: {bad.message}")
         self.handlers.malformed.clear()
@@ -377,12 +377,12 @@ class Scheduler:
         profile = framework.scheduler_name
         self._failure_reports.pop(pod.key, None)
         self.last_attempts.pop(pod.key, None)
-        self.metrics.schedule_attempts.labels(result="scheduled", profile=profile).inc()
-        self.metrics.scheduling_attempt_duration.labels(result="scheduled", profile=profile).observe(
+        self.metrics.child(self.metrics.schedule_attempts, "scheduled", profile).inc()
+        self.metrics.child(self.metrics.scheduling_attempt_duration, "scheduled", profile).observe(
             time.perf_counter() - started
         )
         if queued.initial_attempt_timestamp is not None:
-            self.metrics.pod_scheduling_sli_duration.labels(attempts=str(queued.attempts)).observe(
+            self.metrics.child(self.metrics.pod_scheduling_sli_duration, str(queued.attempts)).observe(
                 self.clock.now() - queued.initial_attempt_timestamp
             )
         self.metrics.pod_scheduling_attempts.observe(queued.attempts)
@@ -418,8 +418,8 @@ class Scheduler:
         self.last_attempts[queued.key] = AttemptRecord.of(
             self.clock.now(), result, message, node_statuses or {}, unschedulable_plugins | pending_plugins
         )
-        self.metrics.schedule_attempts.labels(result=result, profile=profile).inc()
-        self.metrics.scheduling_attempt_duration.labels(result=result, profile=profile).observe(
+        self.metrics.child(self.metrics.schedule_attempts, result, profile).inc()
+        self.metrics.child(self.metrics.scheduling_attempt_duration, result, profile).observe(
             time.perf_counter() - started
         )
         self.queue.add_unschedulable(

@@ -11,7 +11,7 @@ event.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -181,6 +181,17 @@ class Metrics:
             registry=r,
         )
 
+        # Labelled children by label values: ``labels()`` costs more than the observation itself,
+        # and these are recorded on every event and (sampled) plugin call.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def watch_queue(self, queue: QueueState) -> None:
         """Report this queue's gauges (pending_pods, unschedulable_pods, inflight_events) at scrape time."""
         self._queues.queues.append(queue)
@@ -191,29 +202,27 @@ class Metrics:
     # -- QueueRecorder ---------------------------------------------------------
 
     def incoming(self, queue: str, event: str) -> None:
-        self.queue_incoming_pods.labels(queue=queue, event=event).inc()
+        self.child(self.queue_incoming_pods, queue, event).inc()
 
     def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None:
-        self.queueing_hint_duration.labels(plugin=plugin, event=event, hint=hint).observe(seconds)
+        self.child(self.queueing_hint_duration, plugin, event, hint).observe(seconds)
 
     def pre_hint_evaluated(self, plugin: str, result: str) -> None:
-        self.pre_queueing_hint_evaluations.labels(plugin=plugin, result=result).inc()
+        self.child(self.pre_queueing_hint_evaluations, plugin, result).inc()
 
     # -- FrameworkRecorder -----------------------------------------------------
 
     def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None:
-        self.framework_extension_point_duration.labels(extension_point=point, status=status, profile=profile).observe(
-            seconds
-        )
+        self.child(self.framework_extension_point_duration, point, status, profile).observe(seconds)
 
     def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None:
-        self.plugin_execution_duration.labels(plugin=plugin, extension_point=point, status=status).observe(seconds)
+        self.child(self.plugin_execution_duration, plugin, point, status).observe(seconds)
 
     # -- the dispatcher's CallObserver -------------------------------------------
 
     def call_finished(self, call_type: str, result: str, seconds: float) -> None:
-        self.async_api_call_execution.labels(call_type=call_type, result=result).inc()
-        self.async_api_call_duration.labels(call_type=call_type, result=result).observe(seconds)
+        self.child(self.async_api_call_execution, call_type, result).inc()
+        self.child(self.async_api_call_duration, call_type, result).observe(seconds)
 
     def pending_changed(self, call_type: str, delta: int) -> None:
-        self.pending_async_api_calls.labels(call_type=call_type).inc(delta)
+        self.child(self.pending_async_api_calls, call_type).inc(delta)

@@ -38,7 +38,7 @@ from usher.core.framework.interface import (
     ScorePlugin,
 )
 from usher.core.plugins.names import NO_NODES_AVAILABLE
-from usher.core.types import Code, NodeName, PodInfo, Status, error
+from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -127,6 +127,8 @@ class Framework:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self._recorder: FrameworkRecorder = recorder or _Silent()
         self._timer = timer
+        self._filters = [(p.name, p.filter) for p in plugins.filter]
+        self._scorers = [(p, w, isinstance(p, ScoreNormalizer)) for p, w in plugins.score]
         self._hints: dict[str, list[ClusterEventWithHint]] = {
             NO_NODES_AVAILABLE: [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD))]
         }
@@ -182,15 +184,29 @@ class Framework:
         return outcome
 
     def run_filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        """The first plugin that rejects ``node`` (an ok Status when every plugin accepts it)."""
-        sample = self._sampled(state)
-        for plugin in self.plugins.filter:
-            if plugin.name in state.skip_filter_plugins:
+        """The first plugin that rejects ``node`` (an ok Status when every plugin accepts it).
+
+        The hot loop of a cycle (nodes x plugins): without sampling it calls the
+        plugins directly, without the timing wrapper.
+        """
+        skip = state.skip_filter_plugins
+        if self._sampled(state):
+            for plugin in self.plugins.filter:
+                if plugin.name not in skip:
+                    status = self._call(plugin.name, "Filter", True, plugin.filter, state, pod, node)
+                    if status.code is not Code.SUCCESS:
+                        return status.with_plugin(plugin.name)
+            return SUCCESS
+        for name, check in self._filters:
+            if name in skip:
                 continue
-            status = self._call(plugin.name, "Filter", sample, plugin.filter, state, pod, node)
-            if not status.ok:
-                return status.with_plugin(plugin.name)
-        return Status()
+            try:
+                status = check(state, pod, node)
+            except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+                status = error(f"{type(exc).__name__}: {exc}")
+            if status.code is not Code.SUCCESS:
+                return status.with_plugin(name)
+        return SUCCESS
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status:
         started = self._timer()
@@ -220,19 +236,26 @@ class Framework:
                 status = status.with_plugin(pre_score.name)
                 break
         if status.ok:
-            for plugin, weight in self.plugins.score:
+            for plugin, weight, normalizes in self._scorers:
                 if plugin.name in state.skip_score_plugins:
                     continue
                 scores: dict[NodeName, int] = {}
+                score = plugin.score
                 for node in nodes:
-                    value, node_status = self._call_pair(plugin.name, "Score", sample, plugin.score, state, pod, node)
-                    if not node_status.ok:
+                    if sample:
+                        value, node_status = self._call_pair(plugin.name, "Score", True, score, state, pod, node)
+                    else:
+                        try:
+                            value, node_status = score(state, pod, node)
+                        except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+                            value, node_status = 0, error(f"{type(exc).__name__}: {exc}")
+                    if node_status.code is not Code.SUCCESS:
                         status = node_status.with_plugin(plugin.name)
                         break
                     scores[node.name] = int(value or 0)
                 if not status.ok:
                     break
-                if isinstance(plugin, ScoreNormalizer):
+                if normalizes and isinstance(plugin, ScoreNormalizer):
                     status = plugin.normalize_scores(state, pod, scores)
                     if not status.ok:
                         status = status.with_plugin(plugin.name)
