@@ -351,8 +351,11 @@ class SchedulingQueue:
         if narrowed is not None and narrowed.complete:
             candidates = [self._pods[k] for k in narrowed.union if k in self._pods]
             candidates = [q for q in candidates if q.where is Where.UNSCHEDULABLE]
-        else:
+        elif event.is_wildcard:
             candidates = list(self._pool)
+        else:
+            # Only pods held by a plugin that registered for this event can be helped by it.
+            candidates = self._pool.held_by(interest.by_plugin)
         moved = 0
         for queued in candidates:
             if pre_check is not None and not pre_check(queued):
