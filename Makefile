@@ -39,8 +39,8 @@ tools:
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
 
 lint: venv
-	$(BIN)/ruff check operator tests e2e conftest.py
-	$(BIN)/ruff format --check operator tests e2e conftest.py
+	$(BIN)/ruff check operator tests e2e bench conftest.py
+	$(BIN)/ruff format --check operator tests e2e bench conftest.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -69,3 +69,12 @@ manifests: binaries
 
 clean-cache:
 	rm -rf $(USHER_CACHE)
+
+# Benchmarks (bench/README.md): the full side-by-side run takes about 10 minutes on 2 cores.
+.PHONY: bench bench-smoke
+
+bench: venv binaries
+	$(BIN)/python -m bench.runner --report
+
+bench-smoke: venv binaries
+	$(BIN)/pytest bench/test_smoke.py $(PYTEST_ARGS)

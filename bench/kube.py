@@ -1,0 +1,117 @@
+"""A small asyncio client for the benchmark: many concurrent writes and one watch, little CPU.
+
+Why not the kubernetes client: its models deserialise every object into
+Python classes, which costs far more CPU than the writes themselves; on a
+2-core machine the harness must leave the CPU to the API server and the
+scheduler under test. This client sends pre-built JSON over a pool of
+keep-alive connections with the control plane's admin certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiohttp
+
+from e2e.controlplane import ControlPlane
+
+T = TypeVar("T")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(RuntimeError):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body.strip()[:500]}")
+        self.status = status
+
+
+def admin_ssl_context(plane: ControlPlane) -> ssl.SSLContext:
+    """TLS with the control plane's CA and the admin client certificate it already made."""
+    context = ssl.create_default_context(cafile=str(plane.pki.ca_crt))
+    context.load_cert_chain(str(plane.pki.directory / "admin.crt"), str(plane.pki.directory / "admin.key"))
+    return context
+
+
+class Api:
+    """Admin access to one control plane's API server over ``connections`` keep-alive connections."""
+
+    def __init__(self, plane: ControlPlane, connections: int = 32) -> None:
+        self.server = plane.server
+        self._context = admin_ssl_context(plane)
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Api:
+        connector = aiohttp.TCPConnector(ssl=self._context, limit=self._connections + 8)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+        )
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("Api used outside `async with`")
+        return self._session
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", seconds: float = 60
+    ) -> Any:
+        """One request; returns the decoded JSON answer, raises `ApiError` on status >= 400."""
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        async with self.session.request(
+            method, self.server + path, data=data, headers=headers, timeout=aiohttp.ClientTimeout(total=seconds)
+        ) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                raise ApiError(response.status, method, path, raw.decode("utf-8", "replace"))
+            return json.loads(raw) if raw else None
+
+    async def watch(
+        self, path: str, resource_version: str, *, params: Mapping[str, str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield the events of one watch from ``resource_version`` until the server ends it."""
+        query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true", **(params or {})}
+        async with self.session.get(
+            self.server + path, params=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)
+        ) as response:
+            if response.status >= 400:
+                raise ApiError(response.status, "WATCH", path, (await response.read()).decode("utf-8", "replace"))
+            async for line in response.content:
+                if line.strip():
+                    yield json.loads(line)
+
+
+async def run_all(items: Iterable[T], action: Callable[[T], Awaitable[object]], concurrency: int = 32) -> None:
+    """Run ``action`` for every item with at most ``concurrency`` in flight; the first error propagates.
+
+    Why workers rather than one task per item: tens of thousands of pending
+    tasks cost memory and scheduling overhead for nothing.
+    """
+    iterator = iter(items)
+
+    async def worker() -> None:
+        for item in iterator:
+            await action(item)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())

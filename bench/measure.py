@@ -1,0 +1,224 @@
+"""Measuring the scheduler_perf way: a watch counts pods gaining a nodeName, sampled every second.
+
+scheduler_perf's throughput collector ignores samples until the first
+measured pod is scheduled and drops the first non-zero sample (it covers a
+partial second); average and percentiles are taken over the remaining
+per-second rates. CPU seconds and peak RSS of a process come from /proc, so
+the same numbers are read for usher (Python) and kube-scheduler (Go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.kube import Api, ApiError
+from bench.workloads import PHASE_LABEL
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL = 1.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # After the command: state(0) ppid(1) ... utime(11) stime(12).
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's high-water resident set (VmHWM) in MiB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O) since boot.
+
+    Why: minus the CPU of the processes the benchmark knows, it shows how
+    much other work shared the machine during a measurement.
+    """
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is already in user).
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile, as scheduler_perf's collector computes it."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, math.ceil(q / 100 * len(sorted_values)) - 1)
+    return sorted_values[min(rank, len(sorted_values) - 1)]
+
+
+def throughput_stats(samples: list[tuple[float, int]], total: int, elapsed: float) -> dict[str, Any]:
+    """Per-second rates from cumulative ``(t, count)`` samples, the scheduler_perf way.
+
+    Samples before the first scheduled pod are ignored and the first non-zero
+    sample is dropped. When that leaves nothing (a run shorter than about two
+    seconds, e.g. the smoke sizes), the average falls back to
+    ``total / elapsed`` and the percentiles to that same value, and
+    ``samples_used`` says 0.
+    """
+    rates: list[float] = []
+    started = False
+    dropped_first = False
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if not started:
+            if c1 == 0:
+                continue
+            started = True
+        if not dropped_first:
+            dropped_first = True
+            continue
+        if t1 - t0 >= SAMPLE_INTERVAL / 2:  # a short tail (the last partial second) is too noisy to rate
+            rates.append((c1 - c0) / (t1 - t0))
+    overall = total / elapsed if elapsed > 0 else 0.0
+    ordered = sorted(rates)
+    return {
+        "average": sum(rates) / len(rates) if rates else overall,
+        "p50": percentile(ordered, 50) if rates else overall,
+        "p90": percentile(ordered, 90) if rates else overall,
+        "p99": percentile(ordered, 99) if rates else overall,
+        "overall": overall,
+        "samples_used": len(rates),
+        "rates": [round(r, 2) for r in rates],
+    }
+
+
+@dataclass
+class PodWatcher:
+    """Watches every pod of one namespace and remembers when each first had a nodeName.
+
+    Why one watch for the whole run: a LIST per sample would cost the API
+    server more than the scheduler under test, and a watch sees every
+    binding within milliseconds.
+    """
+
+    api: Api
+    namespace: str
+    bound_at: dict[str, float] = field(default_factory=dict)
+    phase_of: dict[str, str] = field(default_factory=dict)
+    bound_by_phase: dict[str, int] = field(default_factory=dict)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+    _synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pod-watcher")
+        await self._synced.wait()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        name = meta["name"]
+        if name not in self.phase_of:
+            self.phase_of[name] = (meta.get("labels") or {}).get(PHASE_LABEL, "")
+        if name not in self.bound_at and pod.get("spec", {}).get("nodeName"):
+            self.bound_at[name] = time.monotonic()
+            phase = self.phase_of[name]
+            self.bound_by_phase[phase] = self.bound_by_phase.get(phase, 0) + 1
+            self._changed.set()
+
+    async def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        while True:
+            listing = await self.api.request("GET", path)
+            for item in listing["items"]:
+                self._see(item)
+            self._synced.set()
+            version = listing["metadata"]["resourceVersion"]
+            try:
+                async for event in self.api.watch(path, version):
+                    kind = event.get("type")
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "ERROR":
+                        break  # e.g. 410 Gone: list again
+                    self._see(event["object"])
+            except (ApiError, OSError, TimeoutError) as error:
+                logger.warning("pod watch ended (%s); listing again", error)
+
+    def bound(self, phase: str) -> int:
+        return self.bound_by_phase.get(phase, 0)
+
+    async def wait(
+        self, condition: Callable[[], bool], seconds: float, what: str, check: Callable[[], None] | None = None
+    ) -> None:
+        """Wait until ``condition`` holds, re-checking on every binding (and at least every second).
+
+        ``check`` runs at every re-check and may raise (the scheduler died): fail at once, not at the timeout.
+        """
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if check is not None:
+                check()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"timed out after {seconds:g} s waiting for {what}")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(1.0, remaining))
+
+
+class Sampler:
+    """Samples a cumulative count every second, from a start until stopped."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+        self.samples: list[tuple[float, int]] = []
+        self.started = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.samples = [(0.0, self._count())]
+        self._task = asyncio.create_task(self._run(), name="sampler")
+
+    async def _run(self) -> None:
+        tick = self.started
+        while True:
+            tick += SAMPLE_INTERVAL
+            await asyncio.sleep(max(0.0, tick - time.monotonic()))
+            self.samples.append((time.monotonic() - self.started, self._count()))
+
+    async def stop(self) -> None:
+        """Stop and take a last sample, so the final partial second is counted as scheduler_perf does."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.samples.append((time.monotonic() - self.started, self._count()))

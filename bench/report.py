@@ -1,0 +1,368 @@
+"""Turn bench/results/*.json into bench/RESULTS.md (tables, ratios, targets) and bench/throughput.png.
+
+    python -m bench.report [--results DIR] [--md FILE] [--chart FILE]
+
+Why a separate step: the report can be regenerated (and its wording fixed)
+without re-running a benchmark that takes most of half an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+ORDER = ("usher-pqh-on", "usher-pqh-off", "kube-scheduler-pqh-on", "kube-scheduler-pqh-off", "limit")
+WORKLOAD_ORDER = (
+    "SchedulingBasic_500Nodes",
+    "SchedulingBasic_5000Nodes",
+    "SchedulingWithResourceClaimTemplate_2000pods_100nodes",
+    "SchedulingGated_5000gated_1000pods",
+    "ClaimBurst_500",
+    "ClaimBurst_2000",
+)
+#: usher must reach this share of kube-scheduler's throughput (issue 8); 1.0 = at least equal.
+KUBE_TARGET = {"basic": 0.7, "claim_template": 1.0, "gated": 1.0, "claim_burst": 1.0}
+LIMIT_TARGET = 0.7
+
+
+def load(results: Path) -> list[dict[str, Any]]:
+    """Every workload document in ``results``, in the benchmark's order."""
+    docs = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+    rank = {name: i for i, name in enumerate(WORKLOAD_ORDER)}
+    return sorted(docs, key=lambda d: (rank.get(d["workload"]["name"], len(rank)), d["workload"]["name"]))
+
+
+def _phases(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(phase key, title) of the measured phases of a workload."""
+    phases = [("measured", doc["workload"]["name"])]
+    if doc["workload"].get("ungate"):
+        phases.append(("ungate", f"{doc['workload']['name']} (ungate {doc['workload']['ungate']})"))
+    return phases
+
+
+def _rate(doc: dict[str, Any], key: str, phase: str) -> float | None:
+    """The throughput ratios and targets compare: measured pods / total seconds of the phase.
+
+    Why not scheduler_perf's average: at these sizes a fast contender binds
+    1000 pods in one or two seconds, and once the first non-zero sample is
+    dropped its average rests on one sample or none; pods over total time is
+    defined for every run and counts every pod.
+    """
+    run = doc["runs"].get(key)
+    if not run or phase not in run or run.get("status") != "ok":
+        return None
+    value = run[phase].get("overall")
+    return float(value) if value is not None else None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b <= 0:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell, cut short."""
+    return text.replace("|", "/").replace("\n", " ")[:160]
+
+
+def _other(data: dict[str, Any]) -> str:
+    """Other work on the machine during a phase, in cores."""
+    other, elapsed = data.get("other_cpu_s"), data.get("elapsed_s")
+    if other is None or not elapsed:
+        return "n/a"
+    return f"{other / elapsed:.2f}"
+
+
+def _kube_for(key: str) -> str:
+    """Which kube-scheduler run a row is compared with: the one with the same PreQueueingHints setting."""
+    return "kube-scheduler-pqh-off" if key.endswith("off") else "kube-scheduler-pqh-on"
+
+
+def _best_kube(doc: dict[str, Any], phase: str) -> tuple[float | None, str]:
+    """The faster of kube-scheduler's two runs (the stricter baseline for the targets)."""
+    best: tuple[float | None, str] = (None, "")
+    for key in ("kube-scheduler-pqh-on", "kube-scheduler-pqh-off"):
+        value = _rate(doc, key, phase)
+        if value is not None and (best[0] is None or value > best[0]):
+            best = (value, key)
+    return best
+
+
+def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
+    """The markdown table of one phase: one row per contender."""
+    lines = [
+        "| contender | pods/s (pods / total s) | avg pods/s | p50 | p90 | p99 | total s | usher/kube-scheduler "
+        "| /limit | sched CPU s | peak RSS MiB | QueueingHint calls | PreQueueingHint evals (narrowed) "
+        "| apiserver CPU s | other work, cores |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    limit = _rate(doc, "limit", phase)
+    for key in sorted(doc["runs"], key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER)):
+        run = doc["runs"][key]
+        data = run.get(phase)
+        if data is None:
+            lines.append(f"| {run['label']} | {run['status']}: {_cell(run.get('error', ''))} |" + " |" * 14)
+            continue
+        rate = _rate(doc, key, phase)  # None unless the run completed
+        vs_kube = _ratio(rate, _rate(doc, _kube_for(key), phase)) if run["family"] == "usher" else ""
+        vs_limit = _ratio(rate, limit) if key != "limit" else ""
+        label = (
+            run["label"]
+            if run["status"] == "ok"
+            else f"{run['label']} ({run['status']}: {data['bound']}/{data['pods']})"
+        )
+        hints = data.get("hint_invocations")
+        pre = data.get("pre_hint_evaluations")
+        pre_text = f"{pre:,} ({data.get('pre_hint_narrowed', 0):,})" if pre is not None else "n/a"
+        scheduler = run.get("scheduler", {})
+        # scheduler_perf's statistics exist only when a sample is left after dropping the first one.
+        sampled = [data.get(k) if data.get("samples_used") else None for k in ("average", "p50", "p90", "p99")]
+        lines.append(
+            f"| {label} | {_num(data.get('overall'), 1)} | {' | '.join(_num(v, 1) for v in sampled)} "
+            f"| {_num(data.get('elapsed_s'), 1)} | {vs_kube} | {vs_limit} "
+            f"| {_num(data.get('scheduler_cpu_s'), 1)} | {_num(scheduler.get('peak_rss_mib'), 0)} "
+            f"| {_num(hints) if hints is not None else 'n/a'} | {pre_text} | {_num(data.get('apiserver_cpu_s'), 1)} "
+            f"| {_other(data)} |"
+        )
+    only = doc["runs"].get("limit", {}).get("bind_only") if phase == "measured" else None
+    if only:
+        lines.append(
+            f"| bind limit, binding only (pods created first) | {_num(only.get('overall'), 1)} | | | | "
+            f"| {_num(only.get('elapsed_s'), 1)} | | | | | | | {_num(only.get('apiserver_cpu_s'), 1)} "
+            f"| {_other(only)} |"
+        )
+    latencies = [
+        (doc["runs"][k]["label"], doc["runs"][k][phase]["latency_s"])
+        for k in doc["runs"]
+        if phase in doc["runs"][k] and "latency_s" in doc["runs"][k][phase]
+    ]
+    if latencies:
+        lines += [
+            "",
+            "Gate removal to binding, seconds:",
+            "",
+            "| contender | p50 | p90 | p99 | max |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {label} | {lat['p50']} | {lat['p90']} | {lat['p99']} | {lat['max']} |" for label, lat in latencies
+        ]
+    return lines
+
+
+def _bound(doc: dict[str, Any], phase: str) -> str:
+    """What limited usher (PreQueueingHints on) in a phase, from where the CPU went.
+
+    usher schedules on one Python thread, so a process busy close to one
+    core for the whole phase is bound by its own CPU; otherwise it waited
+    (on the API server, or on its own pacing).
+    """
+    run = doc["runs"].get("usher-pqh-on", {})
+    data = run.get(phase) or {}
+    cpu, elapsed = data.get("scheduler_cpu_s"), data.get("elapsed_s")
+    if not cpu or not elapsed:
+        return "n/a"
+    usher = cpu / elapsed
+    api = (data.get("apiserver_cpu_s", 0) + data.get("etcd_cpu_s", 0)) / elapsed
+    if usher >= 0.85:
+        return f"usher's CPU: {usher:.2f} cores busy (one Python thread: at most ~1); API server + etcd {api:.2f}"
+    return f"not CPU: usher {usher:.2f} cores, API server + etcd {api:.2f}, waiting"
+
+
+def targets(docs: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets, each with the measured value, whether it is met, and what bounded usher."""
+    lines = ["| target | measured | met | usher's bound in this run |", "|---|---|---|---|"]
+    for doc in docs:
+        kind = doc["workload"]["kind"]
+        for phase, title in _phases(doc):
+            usher = _rate(doc, "usher-pqh-on", phase)
+            kube, kube_key = _best_kube(doc, phase)
+            goal = KUBE_TARGET.get(kind, 1.0)
+            bound = _bound(doc, phase)
+            if usher is not None and kube is not None:
+                ratio = usher / kube
+                lines.append(
+                    f"| {title}: usher >= {goal:g}x kube-scheduler | {ratio:.2f}x ({usher:.0f} vs {kube:.0f} "
+                    f"pods/s, {kube_key}) | {'yes' if ratio >= goal else f'no, short by {(goal - ratio) / goal:.0%}'} "
+                    f"| {bound} |"
+                )
+            limit = _rate(doc, "limit", phase)
+            if usher is not None and limit is not None:
+                ratio = usher / limit
+                met = "yes" if ratio >= LIMIT_TARGET else f"no, short by {(LIMIT_TARGET - ratio) / LIMIT_TARGET:.0%}"
+                lines.append(
+                    f"| {title}: usher >= {LIMIT_TARGET:g}x the bind limit | {ratio:.2f}x ({usher:.0f} vs "
+                    f"{limit:.0f} pods/s) | {met} | {bound} |"
+                )
+    bursts = [d for d in docs if d["workload"]["kind"] == "claim_burst"]
+    hints = []
+    for doc in sorted(bursts, key=lambda d: d["workload"]["measured_pods"]):
+        run = doc["runs"].get("usher-pqh-on", {})
+        calls = run.get("measured", {}).get("hint_invocations")
+        if calls is not None:
+            hints.append((doc["workload"]["measured_pods"], calls))
+    if len(hints) >= 2:
+        (n1, h1), (n2, h2) = hints[0], hints[-1]
+        growth = (h2 / h1) if h1 else float("inf")
+        linear = n2 / n1
+        per_pod = ", ".join(f"N={n}: {h:,} calls ({h / n:.1f}/pod)" for n, h in hints)
+        met = "yes" if growth <= linear * 1.5 else "no"
+        lines.append(
+            f"| claim burst: QueueingHint calls O(N) with PreQueueingHints on | {per_pod}; x{growth:.1f} for "
+            f"x{linear:g} pods | {met} | |"
+        )
+    return lines
+
+
+NOTES = REPO / "bench" / "NOTES.md"
+
+
+def markdown(docs: list[dict[str, Any]], notes: Path | None = NOTES) -> str:
+    """RESULTS.md; ``notes`` (hand-written profile analysis, stamped with its commit) is appended."""
+    if not docs:
+        return "# Benchmark results\n\nNo results yet: run `make bench`.\n"
+    first = docs[0]
+    m = first["machine"]
+    smoke = any(d.get("smoke") for d in docs)
+    out = [
+        "# Benchmark results",
+        "",
+        "Generated by `make bench` (regenerate this file from `results/*.json` with `python -m bench.report`); "
+        "how to run and what each workload is: [README.md](README.md). Chart: [throughput.png](throughput.png).",
+        "",
+    ]
+    if smoke:
+        out += ["**These are smoke-test sizes: the numbers mean nothing.**", ""]
+    out += [
+        f"- Date: {min(d['date'] for d in docs)} to {max(d['date'] for d in docs)} (UTC)",
+        f"- Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
+        f"Python {m['python']}; usher at `{m['usher_commit']}`",
+        f"- API server (kube-apiserver v1.37.1, etcd v3.6.16 with `--unsafe-no-fsync`): "
+        f"`{' '.join(first['apiserver_args'])}`, as scheduler_perf runs it; the same flags for every run, "
+        "and a fresh control plane (empty etcd) per workload and contender.",
+        "- kube-scheduler v1.37.1: one profile for its own scheduler name, client QPS/burst 5000 "
+        "(scheduler_perf lifts client limits too), `--feature-gates SchedulerPreQueueingHints=true|false` "
+        "(alpha in v1.37.1, default off); other gates at their defaults.",
+        "- usher: `python -m usher run --feature-gates SchedulerPreQueueingHints=true|false`, other "
+        "options at their defaults.",
+        "- Bind limit: `bench/limit.py`, 32 writes in flight, round-robin nodes, the same API writes a "
+        "scheduler must make (pods/binding; for claims also the claim's finalizer and status).",
+        "- Throughput: a watch counts measured pods gaining `spec.nodeName`; 1 s samples; samples before "
+        "the first binding ignored and the first non-zero sample dropped; average and nearest-rank "
+        "percentiles over the rest. `total s` runs from the first create (or claim, or gate removal) to "
+        "the last binding. CPU seconds are the measured phase's; peak RSS is the process's VmHWM.",
+        "- ratios: usher/kube-scheduler compares runs with the same PreQueueingHints setting; the targets "
+        "below compare usher (PreQueueingHints on, its default) with the faster kube-scheduler run.",
+        "- `other work, cores`: CPU the machine spent during the measured phase on anything but the "
+        "scheduler, kube-apiserver, etcd, kube-controller-manager and the harness, per second of the phase. "
+        "Above about 0.1 another workload shared the 2 CPUs and that row's numbers are low by up to that share.",
+        "",
+        "## Targets (issue 8)",
+        "",
+        *targets(docs),
+        "",
+    ]
+    for doc in docs:
+        w = doc["workload"]
+        for phase, title in _phases(doc):
+            out += [f"## {title}", ""]
+            if phase == "measured":
+                out += [w["description"], ""]
+            else:
+                out += [
+                    f"The {w['ungate']} gated pods released one PATCH each (32 in flight) after the measured "
+                    "phase; measured from the first gate removal.",
+                    "",
+                ]
+            out += [*phase_table(doc, phase), ""]
+    if notes is not None and notes.is_file():
+        out += [notes.read_text().strip(), ""]
+    return "\n".join(out)
+
+
+def _rates(samples: Iterable[list[float]]) -> tuple[list[float], list[float]]:
+    """(time, pods/s) per sample interval, for the chart; a last interval under 0.2 s is too short to rate."""
+    points = list(samples)
+    times, rates = [], []
+    for (t0, c0), (t1, c1) in itertools.pairwise(points):
+        if t1 - t0 >= 0.2:
+            times.append(t1)
+            rates.append((c1 - c0) / (t1 - t0))
+    return times, rates
+
+
+def chart(docs: list[dict[str, Any]], path: Path) -> None:
+    """Throughput over time per contender, one subplot per workload phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(doc, phase, title) for doc in docs for phase, title in _phases(doc)]
+    if not panels:
+        return
+    columns = 2
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(7 * columns, 3.6 * rows), squeeze=False)
+    styles = {
+        "usher-pqh-on": ("tab:blue", "-"),
+        "usher-pqh-off": ("tab:blue", "--"),
+        "kube-scheduler-pqh-on": ("tab:orange", "-"),
+        "kube-scheduler-pqh-off": ("tab:orange", "--"),
+        "limit": ("tab:gray", ":"),
+    }
+    for ax, (doc, phase, title) in zip(axes.flat, panels, strict=False):
+        for key in sorted(doc["runs"], key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER)):
+            run = doc["runs"][key]
+            if phase not in run:
+                continue
+            times, rates = _rates(run[phase]["samples"])
+            color, style = styles.get(key, ("black", "-"))
+            # Markers: a contender done within a second or two has one or two points, not a line.
+            ax.plot(times, rates, style, color=color, label=run["label"], linewidth=1.5, marker="o", markersize=3)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("seconds since the measured phase began")
+        ax.set_ylabel("pods bound / s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def write(results: Path, md: Path, chart_path: Path) -> None:
+    """Write RESULTS.md and the chart from every JSON document in ``results``."""
+    docs = load(results)
+    md.write_text(markdown(docs))
+    chart(docs, chart_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--md", default=str(REPO / "bench" / "RESULTS.md"))
+    parser.add_argument("--chart", default=str(REPO / "bench" / "throughput.png"))
+    args = parser.parse_args(argv)
+    write(Path(args.results), Path(args.md), Path(args.chart))
+    print(f"wrote {args.md} and {args.chart}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,531 @@
+"""Run the benchmark: every workload against every contender, one fresh control plane per run.
+
+    python -m bench.runner                      # the full benchmark (make bench)
+    python -m bench.runner --smoke              # tiny sizes, numbers only (make bench-smoke)
+    python -m bench.runner -w ClaimBurst_500 -c usher-pqh-on -c kube-scheduler-pqh-on --profile
+
+Why a fresh control plane per (workload, contender): a scheduler sees every
+node and pod of the cluster, so runs sharing an API server would share (and
+pay for) each other's objects. Every run gets the same apiserver flags, an
+empty etcd, and its own scheduler started before any node exists, as
+scheduler_perf does. Contenders run one after another, never concurrently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.contenders import Contender, by_key
+from bench.kube import MERGE_PATCH, Api, run_all
+from bench.limit import SCHEDULER_NAME as LIMIT_SCHEDULER_NAME
+from bench.limit import LimitBinder
+from bench.measure import (
+    PodWatcher,
+    Sampler,
+    busy_cpu_seconds,
+    cpu_seconds,
+    peak_rss_mib,
+    percentile,
+    throughput_stats,
+)
+from bench.workloads import (
+    CLASS_NAME,
+    TEMPLATE_NAME,
+    Kind,
+    Workload,
+    burst_claim_name,
+    by_name,
+    claim,
+    claim_template,
+    device_class,
+    node,
+    node_name,
+    node_slice,
+    pod,
+)
+from e2e.controlplane import ControlPlane, start
+
+logger = logging.getLogger("bench")
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+
+#: As scheduler_perf's test API server: no inflight limits, no priority and fairness.
+APISERVER_ARGS: tuple[str, ...] = (
+    "--max-requests-inflight=0",
+    "--max-mutating-requests-inflight=0",
+    "--enable-priority-and-fairness=false",
+)
+#: kube-controller-manager runs only for ResourceClaimTemplates, with only what they need.
+KCM_CONTROLLERS: tuple[str, ...] = ("serviceaccount-controller", "resourceclaim-controller")
+#: The harness's kcm defaults to 200 QPS; the resourceclaim-controller makes two writes per pod
+#: (the claim, the pod's status), which would cap every contender at 100 pods/s.
+KCM_ARGS: tuple[str, ...] = ("--kube-api-qps=5000", "--kube-api-burst=5000")
+NAMESPACE = "bench"
+#: Writes in flight while the harness creates objects (scheduler_perf creates pods as fast as it can).
+CREATE_CONCURRENCY = 32
+#: kube-scheduler's metric recorder flushes every second: wait that long before reading counts.
+METRICS_FLUSH_SECONDS = 1.5
+SMOKE_NODES = 10
+SMOKE_PODS = 20
+
+
+def phase_timeout(pods: int) -> float:
+    """How long one phase may take before the run is recorded as timed out (never a pass/fail timing)."""
+    return 120.0 + 0.5 * pods
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class Run:
+    """One workload against one contender on its own control plane."""
+
+    def __init__(self, workload: Workload, contender: Contender, workdir: Path, profile_dir: Path | None) -> None:
+        self.workload = workload
+        self.contender = contender
+        self.workdir = workdir
+        self.profile_dir = profile_dir
+        self.result: dict[str, Any] = {
+            "contender": contender.key,
+            "label": contender.label,
+            "family": contender.family,
+            "pre_queueing_hints": contender.pre_queueing_hints,
+            "status": "ok",
+        }
+        self.nodes = [node_name(i) for i in range(workload.nodes)]
+        self.api: Api  # set once the control plane is up
+
+    async def execute(self) -> dict[str, Any]:
+        w, c = self.workload, self.contender
+        logger.info("=== %s / %s", w.name, c.label)
+        started = time.monotonic()
+        plane = start(
+            self.workdir,
+            extra_apiserver_args=APISERVER_ARGS,
+            kcm=w.needs_kcm,
+            kwok=False,
+            controllers=KCM_CONTROLLERS,
+            extra_kcm_args=KCM_ARGS,
+            **c.plane_kwargs(self.workdir),
+        )
+        try:
+            plane.create_namespace(NAMESPACE)
+            async with Api(plane, connections=CREATE_CONCURRENCY + 8) as api:
+                self.api = api
+                watcher = PodWatcher(api, NAMESPACE)
+                await watcher.start()
+                try:
+                    await c.start(plane, api, NAMESPACE, self.nodes, w.devices_per_node)
+                    await self._phases(plane, api, watcher)
+                except Exception as error:  # recorded, so one failing run does not lose the others
+                    logger.exception("%s / %s failed", w.name, c.label)
+                    self.result["status"] = "timeout" if isinstance(error, TimeoutError) else "error"
+                    self.result["error"] = f"{type(error).__name__}: {error}"
+                finally:
+                    pid = c.pid
+                    if pid is not None:
+                        self.result.setdefault("scheduler", {})["peak_rss_mib"] = round(peak_rss_mib(pid), 1)
+                        self.result["scheduler"]["cpu_s_total"] = round(cpu_seconds(pid), 2)
+                    await c.stop()
+                    await watcher.stop()
+        finally:
+            plane.stop()
+        self.result["run_seconds"] = round(time.monotonic() - started, 1)
+        return self.result
+
+    async def _phases(self, plane: ControlPlane, api: Api, watcher: PodWatcher) -> None:
+        w = self.workload
+        t = time.monotonic()
+        await self._create_nodes(api)
+        self.result["setup_seconds"] = round(time.monotonic() - t, 2)
+
+        if w.init_pods:
+            t = time.monotonic()
+            await self._create_pods("init", w.init_pods)
+            await watcher.wait(
+                lambda: watcher.bound("init") >= w.init_pods,
+                phase_timeout(w.init_pods),
+                "init pods bound",
+                self.contender.ensure_alive,
+            )
+            self.result["init_seconds"] = round(time.monotonic() - t, 2)
+
+        if w.kind is Kind.GATED:
+            await self._create_pods("gated", w.gated_pods)
+            await self._wait_pending(w.gated_pods, "gated pods in the scheduler's queue")
+        if w.kind is Kind.CLAIM_BURST:
+            await self._create_pods("measured", w.measured_pods)
+            await self._wait_pending(w.measured_pods, "pods waiting for their claims")
+
+        async def create_measured() -> None:
+            if w.kind is Kind.CLAIM_BURST:
+                claims = [claim(burst_claim_name(i), CLASS_NAME) for i in range(w.measured_pods)]
+                await run_all(claims, lambda body: self._post(api, "resourceclaims", body), CREATE_CONCURRENCY)
+            else:
+                await self._create_pods("measured", w.measured_pods)
+
+        self.result["measured"] = await self._measure(
+            plane, api, watcher, "measured", w.measured_pods, create_measured, profile_name=w.name
+        )
+
+        if w.kind is Kind.GATED and w.ungate:
+            ungated_at: dict[str, float] = {}
+            names = [f"gated-{i:05d}" for i in range(w.ungate)]
+
+            async def ungate_one(name: str) -> None:
+                await api.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
+                    {"spec": {"schedulingGates": None}},
+                    content_type=MERGE_PATCH,
+                )
+                ungated_at[name] = time.monotonic()
+
+            async def ungate() -> None:
+                await run_all(names, ungate_one, CREATE_CONCURRENCY)
+
+            result = await self._measure(plane, api, watcher, "gated", w.ungate, ungate, profile_name=None)
+            latencies = sorted(
+                max(0.0, watcher.bound_at[n] - ungated_at[n])
+                for n in names
+                if n in watcher.bound_at and n in ungated_at
+            )
+            if latencies:
+                result["latency_s"] = {
+                    q: round(percentile(latencies, p), 3)
+                    for q, p in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
+                }
+            self.result["ungate"] = result
+
+        if self.contender.family == "limit" and w.kind in {Kind.BASIC, Kind.GATED}:
+            self.result["bind_only"] = await self._bind_only(plane, api, watcher)
+
+    async def _bind_only(self, plane: ControlPlane, api: Api, watcher: PodWatcher) -> dict[str, Any]:
+        """The pure binding rate: pods created first (nobody binds them), then bound as fast as possible.
+
+        Why besides the limit's ordinary run: there, as for the schedulers,
+        pods are created while they are bound, so creation shares the API
+        server with binding; this is how fast the API server accepts
+        ``pods/binding`` alone, on the same cluster state.
+        """
+        count = self.workload.measured_pods
+        hold = f"{LIMIT_SCHEDULER_NAME}-later"
+        await run_all(
+            range(count),
+            lambda i: self._post(api, "pods", pod(f"bindonly-{i:05d}", hold, "bindonly")),
+            CREATE_CONCURRENCY,
+        )
+        await watcher.wait(
+            lambda: sum(1 for p in watcher.phase_of.values() if p == "bindonly") >= count, 60, "bind-only pods seen"
+        )
+        binder = LimitBinder(api, NAMESPACE, self.nodes, scheduler_name=hold)
+
+        async def bind() -> None:
+            await binder.start()
+
+        try:
+            return await self._measure(plane, api, watcher, "bindonly", count, bind, profile_name=None)
+        finally:
+            await binder.stop()
+
+    async def _measure(
+        self,
+        plane: ControlPlane,
+        api: Api,
+        watcher: PodWatcher,
+        phase: str,
+        count: int,
+        action: Callable[[], Awaitable[None]],
+        *,
+        profile_name: str | None,
+    ) -> dict[str, Any]:
+        """Run ``action`` (which creates or releases ``count`` pods of ``phase``) and measure their binding."""
+        c = self.contender
+        pid = c.pid
+        names = ["kube-apiserver", "etcd"] + (["kube-controller-manager"] if self.workload.needs_kcm else [])
+        components = {name: plane.component(name).process.pid for name in names}
+        before_cpu = {name: cpu_seconds(p) for name, p in components.items()}
+        machine_before = busy_cpu_seconds()
+        scheduler_before = cpu_seconds(pid) if pid else 0.0
+        metrics_before = await c.metrics() or {}
+        harness_before = time.process_time()
+        base = watcher.bound(phase)
+        sampler = Sampler(lambda: watcher.bound(phase) - base)
+        profiler = self._start_profiler(pid, profile_name)
+        sampler.start()
+        t0 = time.monotonic()
+        status = "ok"
+        try:
+            await action()
+            await watcher.wait(
+                lambda: watcher.bound(phase) - base >= count,
+                phase_timeout(count),
+                f"{phase} pods bound",
+                c.ensure_alive,
+            )
+        except TimeoutError:
+            status = "timeout"
+        finally:
+            elapsed = time.monotonic() - t0
+            await sampler.stop()
+            self._stop_profiler(profiler)
+        bound = watcher.bound(phase) - base
+        out: dict[str, Any] = {
+            "status": status,
+            "pods": count,
+            "bound": bound,
+            "elapsed_s": round(elapsed, 3),
+            **throughput_stats(sampler.samples, bound, elapsed),
+            "samples": [[round(t, 3), n] for t, n in sampler.samples],
+            "apiserver_cpu_s": round(cpu_seconds(components["kube-apiserver"]) - before_cpu["kube-apiserver"], 2),
+            "etcd_cpu_s": round(cpu_seconds(components["etcd"]) - before_cpu["etcd"], 2),
+            "harness_cpu_s": round(time.process_time() - harness_before, 2),
+        }
+        if "kube-controller-manager" in components:
+            kcm = components["kube-controller-manager"]
+            out["kcm_cpu_s"] = round(cpu_seconds(kcm) - before_cpu["kube-controller-manager"], 2)
+        if pid:
+            out["scheduler_cpu_s"] = round(cpu_seconds(pid) - scheduler_before, 2)
+        known = sum(out.get(k, 0.0) for k in ("apiserver_cpu_s", "etcd_cpu_s", "harness_cpu_s", "kcm_cpu_s"))
+        known += out.get("scheduler_cpu_s", 0.0)
+        # CPU the machine spent on anything else (other users' work, py-spy): noise in this row.
+        out["other_cpu_s"] = round(max(0.0, busy_cpu_seconds() - machine_before - known), 2)
+        if pid:
+            # kube-scheduler flushes its metrics asynchronously, once a second.
+            await asyncio.sleep(METRICS_FLUSH_SECONDS)
+        metrics_after = await c.metrics() or {}
+        for key in ("hint_invocations", "pre_hint_evaluations", "pre_hint_narrowed", "pre_hint_all_pods"):
+            if key in metrics_after:
+                out[key] = int(metrics_after[key] - metrics_before.get(key, 0))
+        if status != "ok":
+            self.result["status"] = "timeout"
+            self.result["error"] = f"only {bound} of {count} {phase} pods bound in {phase_timeout(count):g} s"
+        logger.info("%s: %d/%d bound in %.1f s, average %.1f pods/s", phase, bound, count, elapsed, out["average"])
+        return out
+
+    def _start_profiler(self, pid: int | None, name: str | None) -> subprocess.Popen[bytes] | None:
+        """py-spy on usher for the measured phase only (collapsed stacks, for `bench.profile`)."""
+        if self.profile_dir is None or pid is None or name is None or self.contender.family != "usher":
+            return None
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        self.profile_dir.mkdir(parents=True, exist_ok=True)
+        out = self.profile_dir / f"{name}.{self.contender.key}.txt"
+        return subprocess.Popen(
+            [py_spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--output", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.workdir / "logs" / "py-spy.log").open("wb"),
+        )
+
+    @staticmethod
+    def _stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+        if profiler is None:
+            return
+        profiler.send_signal(signal.SIGINT)
+        try:
+            profiler.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+
+    # ----------------------------------------------------------------- objects
+
+    async def _post(self, api: Api, plural: str, body: dict[str, Any]) -> None:
+        group = "/api/v1" if plural == "pods" else "/apis/resource.k8s.io/v1"
+        await api.request("POST", f"{group}/namespaces/{NAMESPACE}/{plural}", body)
+
+    async def _create_nodes(self, api: Api) -> None:
+        """Nodes, then (DRA) a DeviceClass, a ResourceSlice per node and the claim template.
+
+        The TaintNodesByCondition admission plugin puts the not-ready taint on
+        every new node, and no node-lifecycle-controller runs to lift it (no
+        kubelet would keep leases fresh), so the harness lifts it itself.
+        """
+        w = self.workload
+
+        async def add(index: int) -> None:
+            await api.request("POST", "/api/v1/nodes", node(index))
+            await api.request(
+                "PATCH", f"/api/v1/nodes/{node_name(index)}", {"spec": {"taints": None}}, content_type=MERGE_PATCH
+            )
+
+        await run_all(range(w.nodes), add, CREATE_CONCURRENCY)
+        if w.uses_dra:
+            await api.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", device_class(CLASS_NAME))
+
+            async def publish(name: str) -> None:
+                await api.request(
+                    "POST", "/apis/resource.k8s.io/v1/resourceslices", node_slice(name, w.devices_per_node)
+                )
+
+            await run_all(self.nodes, publish, CREATE_CONCURRENCY)
+        if w.kind is Kind.CLAIM_TEMPLATE:
+            await self._post(api, "resourceclaimtemplates", claim_template(TEMPLATE_NAME, CLASS_NAME))
+
+    async def _create_pods(self, phase: str, count: int) -> None:
+        w = self.workload
+        scheduler = self.contender.scheduler_name
+
+        def body(i: int) -> dict[str, Any]:
+            name = f"{phase}-{i:05d}"
+            if w.kind is Kind.CLAIM_TEMPLATE:
+                return pod(name, scheduler, phase, template=TEMPLATE_NAME)
+            if w.kind is Kind.CLAIM_BURST:
+                return pod(name, scheduler, phase, claim_name=burst_claim_name(i))
+            return pod(name, scheduler, phase, gated=phase == "gated")
+
+        async def create(i: int) -> None:
+            await self._post(self.api, "pods", body(i))
+
+        await run_all(range(count), create, CREATE_CONCURRENCY)
+
+    async def _wait_pending(self, count: int, what: str) -> None:
+        """Wait until the scheduler holds ``count`` pods it cannot schedule yet (gated or unschedulable).
+
+        Why: the measured phase must start with the queue in the state the
+        workload describes, not while the scheduler is still taking in the
+        pods created just before. The limit has no queue: nothing to wait for.
+        """
+        if self.contender.family == "limit":
+            return
+        deadline = time.monotonic() + phase_timeout(count)
+        held = 0.0
+        while time.monotonic() < deadline:
+            self.contender.ensure_alive()
+            metrics = await self.contender.metrics()
+            if metrics is None:
+                logger.warning("no metrics from %s; waiting 5 s for %s instead", self.contender.label, what)
+                await asyncio.sleep(5)
+                return
+            held = metrics.get("pending_gated", 0) + metrics.get("pending_unschedulable", 0)
+            if held >= count:
+                return
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"only {held:g} of {count} {what}")
+
+
+# --------------------------------------------------------------------------- the whole benchmark
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory_gib = 0.0
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": memory_gib,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        # Other work on the machine skews every number; this says how busy it was.
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "usher_commit": commit,
+    }
+
+
+async def run_workload(
+    workload: Workload, contenders: list[Contender], base: Path, profile_dir: Path | None, keep: bool
+) -> dict[str, Any]:
+    """Every contender on one workload, one after another; returns the workload's result document."""
+    runs: dict[str, Any] = {}
+    for contender in contenders:
+        workdir = base / workload.name / contender.key
+        run = Run(workload, contender, workdir, profile_dir)
+        runs[contender.key] = await run.execute()
+        if not keep and runs[contender.key]["status"] == "ok":
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            shutil.rmtree(workdir / "etcd", ignore_errors=True)
+            runs[contender.key]["workdir"] = str(workdir)
+    return {
+        "workload": {
+            "name": workload.name,
+            "kind": str(workload.kind),
+            "nodes": workload.nodes,
+            "init_pods": workload.init_pods,
+            "measured_pods": workload.measured_pods,
+            "devices_per_node": workload.devices_per_node,
+            "gated_pods": workload.gated_pods,
+            "ungate": workload.ungate,
+            "description": workload.description,
+        },
+        "apiserver_args": list(APISERVER_ARGS),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "runs": runs,
+    }
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    workloads = by_name(args.workload)
+    if args.smoke:
+        workloads = [w.scaled(nodes=SMOKE_NODES, pods=SMOKE_PODS) for w in workloads]
+    contenders = by_key(args.contender)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = Path(args.workdir or tempfile.mkdtemp(prefix="usher-bench-"))
+    profile_dir = out / "profiles" if args.profile else None
+    failed = 0
+    for workload in workloads:
+        document = await run_workload(workload, contenders, base, profile_dir, args.keep)
+        document["smoke"] = bool(args.smoke)
+        (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")
+        failed += sum(1 for r in document["runs"].values() if r["status"] != "ok")
+    if args.report:
+        report.write(out, Path(args.report_md), Path(args.chart))
+    if not args.keep and failed == 0:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"{failed} run(s) failed; results in {out}" if failed else f"all runs completed; results in {out}")
+    return 1 if failed else 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.runner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-w", "--workload", action="append", help="run only this workload (repeatable)")
+    parser.add_argument("-c", "--contender", action="append", help="run only this contender (repeatable)")
+    parser.add_argument("--smoke", action="store_true", help=f"tiny sizes ({SMOKE_NODES} nodes, {SMOKE_PODS} pods)")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="directory of the <workload>.json results")
+    parser.add_argument("--report", action="store_true", help="also write RESULTS.md and the chart")
+    parser.add_argument("--report-md", default=str(REPO / "bench" / "RESULTS.md"))
+    parser.add_argument("--chart", default=str(REPO / "bench" / "throughput.png"))
+    parser.add_argument("--profile", action="store_true", help="py-spy usher's measured phases into OUT/profiles/")
+    parser.add_argument("--workdir", help="where control planes live (default: a new temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep every run's work directory (logs)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(main_async(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The benchmark's smoke test (``make bench-smoke``, and part of ``make test``): every workload at tiny sizes.
+
+Why: the full benchmark takes most of half an hour, so CI cannot run it;
+this proves every workload still completes against usher, kube-scheduler
+and the bind limit and that every number the report needs is produced. It
+asserts no timing at all: on a shared CI machine a timing would be noise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import report, runner
+from bench.workloads import WORKLOADS
+
+pytestmark = pytest.mark.e2e
+
+CONTENDERS = ("usher-pqh-on", "usher-pqh-off", "kube-scheduler-pqh-on", "kube-scheduler-pqh-off", "limit")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_phase(where: str, phase: dict[str, Any], *, scheduler: bool, hints: bool) -> None:
+    assert phase["status"] == "ok", where
+    assert phase["bound"] == phase["pods"] > 0, where
+    for key in ("elapsed_s", "average", "p50", "p90", "p99", "overall", "apiserver_cpu_s", "etcd_cpu_s"):
+        assert _number(phase[key]), f"{where}: {key} = {phase.get(key)!r}"
+    assert phase["overall"] > 0, where
+    assert phase["samples"] and phase["samples"][-1][1] == phase["pods"], where
+    if scheduler:
+        assert _number(phase["scheduler_cpu_s"]), where
+    if hints:
+        assert isinstance(phase["hint_invocations"], int), where
+        assert isinstance(phase["pre_hint_evaluations"], int), where
+
+
+@pytest.mark.timeout(900)
+async def test_every_workload_completes_against_every_contender_and_produces_numbers(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    args = runner.parse_args(
+        [
+            *("--smoke", "--out", str(out), "--workdir", str(tmp_path / "planes")),
+            *("--report", "--report-md", str(tmp_path / "RESULTS.md"), "--chart", str(tmp_path / "throughput.png")),
+        ]
+    )
+    failed = await runner.main_async(args)
+
+    documents = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    errors = {
+        f"{name}/{key}": run.get("error")
+        for name, doc in documents.items()
+        for key, run in doc["runs"].items()
+        if run["status"] != "ok"
+    }
+    assert failed == 0 and not errors, errors
+    assert set(documents) == {w.name for w in WORKLOADS}
+    for name, doc in documents.items():
+        assert doc["smoke"] is True
+        assert set(doc["runs"]) == set(CONTENDERS), name
+        for key, run in doc["runs"].items():
+            where = f"{name}/{key}"
+            is_scheduler = run["family"] != "limit"
+            _check_phase(where, run["measured"], scheduler=is_scheduler, hints=is_scheduler)
+            if doc["workload"]["ungate"]:
+                _check_phase(f"{where}/ungate", run["ungate"], scheduler=is_scheduler, hints=is_scheduler)
+                assert all(_number(v) for v in run["ungate"]["latency_s"].values()), where
+            if is_scheduler:
+                assert run["scheduler"]["peak_rss_mib"] > 0 and run["scheduler"]["cpu_s_total"] > 0, where
+            elif doc["workload"]["kind"] in {"basic", "gated"}:
+                _check_phase(f"{where}/bind_only", run["bind_only"], scheduler=False, hints=False)
+
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    for workload in WORKLOADS:
+        assert f"## {workload.name}" in markdown
+    assert "| usher (PreQueueingHints on) |" in markdown and "usher >= 0.7x the bind limit" in markdown
+    assert (tmp_path / "throughput.png").stat().st_size > 10_000
+    assert report.load(out), "the report reads back what the runner wrote"
