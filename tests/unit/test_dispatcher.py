@@ -196,3 +196,12 @@ async def test_untracked_calls_all_run_and_the_gauge_returns_to_zero(count: int)
     assert len(api.calls) == count
     assert observer.pending["event"] == 0
     assert observer.finished.count(("event", "success")) == count
+
+
+async def test_call_waits_for_the_result_and_still_tells_on_done() -> None:
+    api, results = RecordingApi(answers=[503, 201]), []
+    dispatcher = Dispatcher(api, retry=RetryPolicy(attempts=3, initial_delay=0.001))  # type: ignore[arg-type]
+    dispatcher.start()
+    result = await dispatcher.call(binding_call(results))
+    await settle(dispatcher)
+    assert result.status == 201 and results == [result]

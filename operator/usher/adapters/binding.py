@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import binding_call_body, binding_path
@@ -35,16 +33,10 @@ class DispatcherBinder:
         self._dispatcher = dispatcher
 
     async def bind(self, pod: PodInfo, node: NodeName) -> Status:
-        done: asyncio.Future[ApiResult] = asyncio.get_running_loop().create_future()
-
-        def finished(result: ApiResult) -> None:
-            if not done.done():
-                done.set_result(result)
-
         request = Request(
             "POST", binding_path(pod.namespace, pod.name), binding_call_body(pod.namespace, pod.name, pod.uid, node)
         )
-        self._dispatcher.add(
-            ApiCall.fixed("pod_binding", pod.key, request, relevance=BINDING_RELEVANCE, on_done=finished)
+        result = await self._dispatcher.call(
+            ApiCall.fixed("pod_binding", pod.key, request, relevance=BINDING_RELEVANCE)
         )
-        return binding_status(await done)
+        return binding_status(result)

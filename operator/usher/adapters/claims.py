@@ -7,12 +7,11 @@ claim must not merge); reads after a conflict go straight to the API.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
-from usher.adapters.kubeapi import ApiResult, KubeApi
+from usher.adapters.kubeapi import KubeApi
 from usher.core.dra.ports import WriteResult
 
 
@@ -47,13 +46,6 @@ class DispatcherClaimWriter:
 
     async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:
         meta = claim.get("metadata") or {}
-        done: asyncio.Future[ApiResult] = asyncio.get_running_loop().create_future()
-
-        def finished(result: ApiResult) -> None:
-            if not done.done():
-                done.set_result(result)
-
         path = claim_path(str(meta.get("namespace")), str(meta.get("name"))) + suffix
-        self._dispatcher.add(ApiCall.fixed(call_type, None, Request("PUT", path, dict(claim)), on_done=finished))
-        result = await done
+        result = await self._dispatcher.call(ApiCall.fixed(call_type, None, Request("PUT", path, dict(claim))))
         return WriteResult(result.status, result.body)

@@ -193,6 +193,21 @@ class Dispatcher:
         self._waiting[key] = waiting
         self._schedule(key, waiting, self._now() + call.delay)
 
+    async def call(self, call: ApiCall, current: Mapping[str, Any] | None = None) -> ApiResult:
+        """Queue a call and wait for its result (the binding cycle's calls); the loop keeps running."""
+        done: asyncio.Future[ApiResult] = asyncio.get_running_loop().create_future()
+        then = call.on_done
+
+        def finished(result: ApiResult) -> None:
+            if then is not None:
+                then(result)
+            if not done.done():
+                done.set_result(result)
+
+        call.on_done = finished
+        self.add(call, current)
+        return await done
+
     def sync_object(self, key: str, obj: Mapping[str, Any]) -> None:
         """A newer version of an object seen by the watch: refresh its waiting call (cheap if none)."""
         if key in self._waiting or key in self._running:
