@@ -18,15 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from usher.adapters.binding import STATUS_PATCH_RELEVANCE
-from usher.adapters.dispatching import NO_OP, ApiCall, Dispatcher, Request
+from usher.adapters.dispatching import NO_OP, Dispatcher
 from usher.adapters.kubeapi import ApiResult
-from usher.adapters.reporting import condition_patch, condition_removal, status_path
+from usher.adapters.reporting import condition_patch, condition_removal, pod_status_call
 from usher.core.queue import QueuedPod
 from usher.core.queue.queueing import NOT_READY_FOR_SCHEDULING
 
 DEFAULT_DELAY = 5.0
-STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 EmitEvent = Callable[[Mapping[str, Any], str, str, str, str, str], None]
 """(pod, type, reason, action, note, controller) -> None."""
@@ -40,34 +38,21 @@ class NotReadyReporter:
 
     def rejected(self, queued: QueuedPod, message: str) -> None:
         pod = queued.pod
-        path = status_path(pod.namespace, pod.name)
 
-        def build(current: Mapping[str, Any] | None) -> Request | None:
-            patch = condition_patch(
+        def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+            return condition_patch(
                 current, kind="PodScheduled", status="False", reason=NOT_READY_FOR_SCHEDULING, message=message
             )
-            return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
 
         def landed(result: ApiResult) -> None:
             if result.ok and result is not NO_OP:
                 self._emit_event(pod.raw, "Normal", NOT_READY_FOR_SCHEDULING, "Scheduling", message, pod.scheduler_name)
 
-        self._dispatcher.add(
-            ApiCall(
-                "pod_status_patch", pod.key, build, relevance=STATUS_PATCH_RELEVANCE, delay=self._delay, on_done=landed
-            ),
-            current=pod.raw,
-        )
+        self._dispatcher.add(pod_status_call(pod.raw, patch_for, delay=self._delay, on_done=landed), current=pod.raw)
 
     def cleared(self, queued: QueuedPod) -> None:
+        def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+            return condition_removal(current, kind="PodScheduled", reason=NOT_READY_FOR_SCHEDULING)
+
         pod = queued.pod
-        path = status_path(pod.namespace, pod.name)
-
-        def build(current: Mapping[str, Any] | None) -> Request | None:
-            patch = condition_removal(current, kind="PodScheduled", reason=NOT_READY_FOR_SCHEDULING)
-            return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
-
-        self._dispatcher.add(
-            ApiCall("pod_status_patch", pod.key, build, relevance=STATUS_PATCH_RELEVANCE, delay=self._delay),
-            current=pod.raw,
-        )
+        self._dispatcher.add(pod_status_call(pod.raw, patch_for, delay=self._delay), current=pod.raw)

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from usher.adapters.binding import ALREADY_BOUND, POD_GONE, STATUS_PATCH_RELEVANCE, DispatcherBinder
+from usher.adapters.binding import ALREADY_BOUND, POD_GONE, DispatcherBinder
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.metrics import Metrics
-from usher.adapters.reporting import condition_patch, event_path, pod_event_body, status_path
+from usher.adapters.reporting import condition_patch, event_path, pod_event_body, pod_status_call
 from usher.config import FeatureGates, SchedulerConfig, build_framework, parse_feature_gates
 from usher.core.cache import Cache
 from usher.core.clock import Clock
@@ -435,7 +435,7 @@ class Scheduler:
         FailedScheduling Event, at most once a minute per pod while the message stays the same."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        self._patch_condition(pod, key, "Unschedulable", message)
+        self._patch_condition(pod, "Unschedulable", message)
         now = self.clock.now()
         last = self._failure_reports.get(key)
         if last is not None and last[0] == message and now - last[1] < FAILED_SCHEDULING_REPEAT:
@@ -444,15 +444,11 @@ class Scheduler:
         controller = profile or str((pod.get("spec") or {}).get("schedulerName") or "usher")
         self._emit_event(pod, "Warning", "FailedScheduling", "Scheduling", message, controller)
 
-    def _patch_condition(self, pod: Mapping[str, Any], key: str, reason: str, message: str) -> None:
-        meta = pod.get("metadata") or {}
-        path = status_path(str(meta.get("namespace")), str(meta.get("name")))
+    def _patch_condition(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+            return condition_patch(current, kind="PodScheduled", status="False", reason=reason, message=message)
 
-        def build(current: Mapping[str, Any] | None) -> Request | None:
-            patch = condition_patch(current, kind="PodScheduled", status="False", reason=reason, message=message)
-            return None if patch is None else Request("PATCH", path, patch, "application/strategic-merge-patch+json")
-
-        self._dispatcher.add(ApiCall("pod_status_patch", key, build, relevance=STATUS_PATCH_RELEVANCE), current=pod)
+        self._dispatcher.add(pod_status_call(pod, patch_for), current=pod)
 
     def _emit_event(
         self, pod: Mapping[str, Any], event_type: str, reason: str, action: str, note: str, controller: str

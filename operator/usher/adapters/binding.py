@@ -8,7 +8,7 @@ from usher.adapters.reporting import binding_call_body, binding_path
 from usher.core.types import NodeName, PodInfo, Status, error
 
 BINDING_RELEVANCE = 2
-STATUS_PATCH_RELEVANCE = 1
+"""More than a status patch (reporting.STATUS_PATCH_RELEVANCE): a waiting patch is replaced by it."""
 
 ALREADY_BOUND = "pod is already bound"
 POD_GONE = "pod no longer exists"

@@ -12,6 +12,7 @@ from typing import Any
 
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import KubeApi
+from usher.adapters.reporting import STRATEGIC_MERGE
 from usher.core.dra.ports import WriteResult
 
 
@@ -39,9 +40,7 @@ class DispatcherClaimWriter:
             "metadata": {"uid": claim_uid},  # precondition: the same claim, not one recreated under its name
             "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]},
         }
-        request = Request(
-            "PATCH", claim_path(namespace, name) + "/status", patch, "application/strategic-merge-patch+json"
-        )
+        request = Request("PATCH", claim_path(namespace, name) + "/status", patch, STRATEGIC_MERGE)
         self._dispatcher.add(ApiCall.fixed("resourceclaim_unreserve", None, request))
 
     async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from usher.adapters.dispatching import ApiCall, Request
+from usher.adapters.kubeapi import ApiResult
 
 
 def binding_call_body(namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
@@ -108,3 +111,30 @@ def condition_removal(pod: Mapping[str, Any] | None, *, kind: str, reason: str) 
     if current is None or current.get("reason") != reason:
         return None
     return {"status": {"conditions": [{"$patch": "delete", "type": kind}]}}
+
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+STATUS_PATCH_RELEVANCE = 1
+"""A status patch matters less than a binding (2): a binding queued for the pod wins."""
+
+
+def pod_status_call(
+    pod: Mapping[str, Any],
+    patch_for: Callable[[Mapping[str, Any] | None], dict[str, Any] | None],
+    *,
+    delay: float = 0.0,
+    on_done: Callable[[ApiResult], None] | None = None,
+) -> ApiCall:
+    """A tracked strategic-merge patch of a pod's status, built against the newest version of the pod
+    when it is due (``patch_for`` returns None when nothing would change: the call is dropped)."""
+    meta = pod.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    path = status_path(namespace, name)
+
+    def build(current: Mapping[str, Any] | None) -> Request | None:
+        patch = patch_for(current)
+        return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
+
+    return ApiCall(
+        "pod_status_patch", f"{namespace}/{name}", build, relevance=STATUS_PATCH_RELEVANCE, delay=delay, on_done=on_done
+    )
