@@ -108,6 +108,10 @@ class PodInfo:
     def assigned(self) -> bool:
         return bool(self.node_name)
 
+    def is_same_pod(self, obj: Mapping[str, Any] | None) -> bool:
+        """Is this API object (a pod event's old or new version) this very pod, by UID?"""
+        return ((obj or {}).get("metadata") or {}).get("uid") == self.uid
+
 
 class Code(IntEnum):
     """The outcome of one plugin call, as in kube-scheduler's framework."""

@@ -27,6 +27,12 @@ QueueingHintFn = Callable[[PodInfo, Any, Any], QueueingHint]
 ``old`` is None for an Add, ``new`` is None for a Delete. An exception counts as Queue."""
 
 
+def this_pod_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """The QueueingHint of a plugin that only the pod's own update can help (its scale-down,
+    tolerations, generated claims): Queue for this pod's event, skip every other pod's."""
+    return QueueingHint.QUEUE if pod.is_same_pod(new) else QueueingHint.QUEUE_SKIP
+
+
 @dataclass(frozen=True, slots=True)
 class PreQueueingHintResult:
     """Which unschedulable pods a cluster event can concern at all (KEP-6132)."""

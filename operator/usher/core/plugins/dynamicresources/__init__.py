@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from usher.core.dra.allocator import AllocationOutcome, Inventory, allocate
 from usher.core.dra.cel import CelError, DeviceInput, SelectorEvaluator
 from usher.core.dra.model import Claim, Device, DeviceId
-from usher.core.dra.podclaims import PodClaim, resolve_pod_claims
+from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource
@@ -54,6 +54,7 @@ from usher.core.framework.interface import (
     PreQueueingHintResult,
     ReservePlugin,
     only,
+    this_pod_changed,
 )
 from usher.core.plugins.names import DYNAMIC_RESOURCES
 from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
@@ -357,7 +358,7 @@ class DynamicResources:
                 pre_hint=self._claim_pre_hint,
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM), hint=_own_claim_status
+                ClusterEvent(Resource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM), hint=this_pod_changed
             ),
             ClusterEventWithHint(
                 ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE), hint=self._class_hint
@@ -384,9 +385,8 @@ class DynamicResources:
         meta = (obj or {}).get("metadata") or {}
         if meta.get("namespace") != pod.namespace:
             return QueueingHint.QUEUE_SKIP
-        wanted = {c.claim_name for c in resolve_pod_claims(pod.raw).claims} | {
-            e.get("resourceClaimName") for e in (pod.raw.get("spec") or {}).get("resourceClaims") or []
-        }
+        # The same names the claim -> pods index (the PreQueueingHint) follows.
+        wanted = referenced_claim_names(pod.raw)
         return QueueingHint.QUEUE if meta.get("name") in wanted else QueueingHint.QUEUE_SKIP
 
     def _class_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
@@ -407,11 +407,6 @@ def _deallocated(old: Any, new: Any) -> bool:
     was = bool(((old or {}).get("status") or {}).get("allocation"))
     now = bool(((new or {}).get("status") or {}).get("allocation")) if new is not None else False
     return was and not now
-
-
-def _own_claim_status(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    same = ((new or {}).get("metadata") or {}).get("uid") == pod.uid
-    return QueueingHint.QUEUE if same else QueueingHint.QUEUE_SKIP
 
 
 def _uses_claims(pod: PodInfo, old: Any, new: Any) -> QueueingHint:

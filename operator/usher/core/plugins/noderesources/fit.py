@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.interface import MAX_NODE_SCORE, ClusterEventWithHint, FilterPlugin, Handle, ScorePlugin
+from usher.core.framework.interface import (
+    MAX_NODE_SCORE,
+    ClusterEventWithHint,
+    FilterPlugin,
+    Handle,
+    ScorePlugin,
+    this_pod_changed,
+)
 from usher.core.plugins.names import NODE_RESOURCES_FIT
 from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.resources import CPU, MEMORY, PODS, resource_list
@@ -164,7 +171,7 @@ class NodeResourcesFit:
                 ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN)
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCALE_DOWN), hint=_own_scale_down
+                ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCALE_DOWN), hint=this_pod_changed
             ),
         ]
 
@@ -177,11 +184,6 @@ class NodeResourcesFit:
             if resource != PODS and not self._ignored(resource) and amount > allocatable.get(resource, 0):
                 return QueueingHint.QUEUE_SKIP
         return QueueingHint.QUEUE
-
-
-def _own_scale_down(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    same = ((new or {}).get("metadata") or {}).get("uid") == pod.uid
-    return QueueingHint.QUEUE if same else QueueingHint.QUEUE_SKIP
 
 
 def scoring_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:

@@ -54,7 +54,7 @@ def node_schedulable(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
 
 
 def own_toleration_added(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    if ((new or {}).get("metadata") or {}).get("uid") != pod.uid:
+    if not pod.is_same_pod(new):
         return QueueingHint.QUEUE_SKIP
     return QueueingHint.QUEUE if tolerates_unschedulable(PodInfo.from_api(new)) else QueueingHint.QUEUE_SKIP
 

@@ -39,8 +39,7 @@ class SchedulingGates:
 
 def gates_removed_from_this_pod(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     """Only the gated pod's own update can ungate it."""
-    uid = ((new or {}).get("metadata") or {}).get("uid")
-    if uid != pod.uid:
+    if not pod.is_same_pod(new):
         return QueueingHint.QUEUE_SKIP
     gates = ((new or {}).get("spec") or {}).get("schedulingGates")
     return QueueingHint.QUEUE_SKIP if gates else QueueingHint.QUEUE

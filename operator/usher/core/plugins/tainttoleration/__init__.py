@@ -24,6 +24,7 @@ from usher.core.framework.interface import (
     PreScorePlugin,
     ScoreNormalizer,
     ScorePlugin,
+    this_pod_changed,
 )
 from usher.core.framework.scoring import default_normalize
 from usher.core.plugins.names import TAINT_TOLERATION
@@ -117,10 +118,8 @@ def node_taints_now_tolerated(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     return QueueingHint.QUEUE if was_untolerated and not is_untolerated else QueueingHint.QUEUE_SKIP
 
 
-def own_tolerations_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    """A toleration added to this very pod may let it onto a node it was kept off."""
-    same = ((new or {}).get("metadata") or {}).get("uid") == pod.uid
-    return QueueingHint.QUEUE if same else QueueingHint.QUEUE_SKIP
+# A toleration added to this very pod may let it onto a node it was kept off.
+own_tolerations_changed = this_pod_changed
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> TaintToleration:
