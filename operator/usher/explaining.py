@@ -11,11 +11,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from usher.core.queue import Where
+from usher.core.queue import QueuedPod, Where
 from usher.core.types import PodKey
 
 if TYPE_CHECKING:
     from usher.runtime import Scheduler
+
+
+def state_of(queued: QueuedPod) -> str:
+    """Where a pod waits, as users say it: gated pods apart from the rest of the pool."""
+    return "gated" if queued.gated and queued.where is Where.UNSCHEDULABLE else queued.where.value
 
 
 def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
@@ -34,8 +39,7 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
                 f"{sorted(scheduler.frameworks)}, or it is already bound"
             )
         return report
-    state = "gated" if queued.gated and queued.where is Where.UNSCHEDULABLE else queued.where.value
-    report["state"] = state
+    report["state"] = state_of(queued)
     report["profile"] = queued.pod.scheduler_name
     report["attempts"] = queued.attempts
     report["lastMovedBy"] = queued.last_event
@@ -69,7 +73,7 @@ def queue_summary(scheduler: Scheduler) -> dict[str, Any]:
     states: Counter[str] = Counter()
     plugins: Counter[str] = Counter()
     for queued in pods:
-        states["gated" if queued.gated and queued.where is Where.UNSCHEDULABLE else queued.where.value] += 1
+        states[state_of(queued)] += 1
         for plugin in {queued.gating_plugin} if queued.gated else queued.rejectors:
             plugins[plugin] += 1
     return {
