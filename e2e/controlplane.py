@@ -443,8 +443,18 @@ class Pki:
         key.chmod(0o600)
 
 
-def _write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
-    """A kubeconfig with the credentials embedded, so the file works when copied elsewhere.
+def write_kubeconfig(
+    path: Path,
+    *,
+    server: str,
+    user: str,
+    ca: Path | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
+    token: str | None = None,
+) -> Path:
+    """A kubeconfig with the credentials embedded, so the file works when copied elsewhere:
+    a client certificate (``cert``/``key``), a bearer ``token``, or neither (e.g. through a proxy).
 
     Written as JSON, which is valid YAML for kubectl and client libraries and
     needs no YAML library here.
@@ -453,16 +463,25 @@ def _write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Pat
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
 
+    cluster: dict[str, str] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority-data"] = b64(ca)
+    credentials: dict[str, str] = {}
+    if cert is not None and key is not None:
+        credentials = {"client-certificate-data": b64(cert), "client-key-data": b64(key)}
+    if token:
+        credentials["token"] = token
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "usher-e2e", "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+        "clusters": [{"name": "usher-e2e", "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "usher-e2e", "context": {"cluster": "usher-e2e", "user": user}}],
         "current-context": "usher-e2e",
     }
     path.write_text(json.dumps(config, indent=2) + "\n")
     path.chmod(0o600)
+    return path
 
 
 # --------------------------------------------------------------------------- processes
@@ -709,7 +728,7 @@ class ControlPlane:
         # Certificates while etcd boots.
         pki = self._pki = Pki.generate(self.workdir / "pki")
         admin_crt, admin_key = pki.client_cert("admin", "usher-e2e-admin", "system:masters")
-        _write_kubeconfig(
+        write_kubeconfig(
             self.kubeconfig, server=self.server, ca=pki.ca_crt, cert=admin_crt, key=admin_key, user="admin"
         )
         context = ssl.create_default_context(cafile=str(pki.ca_crt))
@@ -747,7 +766,7 @@ class ControlPlane:
         crt, key = self.pki.client_cert(name, common_name, organization)
         path = self.workdir / {"kube-controller-manager": "kcm", "kube-scheduler": "scheduler"}.get(name, name)
         path = path / "kubeconfig"
-        _write_kubeconfig(path, server=self.server, ca=self.pki.ca_crt, cert=crt, key=key, user=name)
+        write_kubeconfig(path, server=self.server, ca=self.pki.ca_crt, cert=crt, key=key, user=name)
         return path
 
     def _start_etcd(self) -> Component:

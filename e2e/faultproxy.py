@@ -24,7 +24,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from e2e.controlplane import ControlPlane, free_ports
+from e2e.controlplane import ControlPlane, free_ports, write_kubeconfig
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
@@ -53,19 +53,8 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def kubeconfig(self, path: Path) -> Path:
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "proxy", "cluster": {"server": self.url}}],
-                    "users": [{"name": "anonymous-through-proxy", "user": {}}],
-                    "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "anonymous-through-proxy"}}],
-                    "current-context": "proxy",
-                }
-            )
-        )
-        return path
+        """Plain HTTP to the proxy, no credentials: the proxy adds the admin certificate."""
+        return write_kubeconfig(path, server=self.url, user="anonymous-through-proxy")
 
     def count(self, method: str, pattern: str, status: int) -> int:
         regex = re.compile(pattern)

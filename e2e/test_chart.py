@@ -17,7 +17,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane, cache_dir, read_versions, wait_for
+from e2e.controlplane import ControlPlane, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
@@ -103,28 +103,13 @@ class Installed:
         token = self.control_plane.kubectl(
             "create", "token", self.release, "-n", self.namespace, "--duration=1h"
         ).strip()
-        path = self.tmp_path / "sa-kubeconfig"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "c",
-                            "cluster": {
-                                "server": self.control_plane.server,
-                                "certificate-authority": str(self.control_plane.pki.ca_crt),
-                            },
-                        }
-                    ],
-                    "users": [{"name": "u", "user": {"token": token}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            )
+        return write_kubeconfig(
+            self.tmp_path / "sa-kubeconfig",
+            server=self.control_plane.server,
+            user=self.release,
+            ca=self.control_plane.pki.ca_crt,
+            token=token,
         )
-        return path
 
     def config(self) -> Path:
         data = yaml.safe_load(
