@@ -103,3 +103,42 @@ def test_the_node_list_follows_adds_and_removes() -> None:
     assert cache.node_infos()[0].labels == {"x": "y"}
     cache.remove_node("b")
     assert [n.name for n in cache.node_infos()] == ["a"]
+
+
+def _with_terms(name: str, node: str, *, anti: bool) -> PodInfo:
+    raw = make_pod().name(name).node(node).obj()
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+    kind = "podAntiAffinity" if anti else "podAffinity"
+    raw["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return PodInfo.from_api(raw)
+
+
+def test_the_node_list_knows_which_nodes_hold_pods_with_affinity_terms(cache: Cache) -> None:
+    from usher.core.cache import nodes_with_affinity_pods, nodes_with_required_anti_affinity_pods
+
+    cache.add_or_update_node(make_node().name("n2").obj())
+    cache.add_or_update_node(make_node().name("n3").obj())
+    nodes = cache.node_infos()
+
+    def names() -> tuple[list[str], list[str]]:
+        return (
+            sorted(n.name for n in nodes_with_affinity_pods(nodes)),
+            sorted(n.name for n in nodes_with_required_anti_affinity_pods(nodes)),
+        )
+
+    assert names() == ([], [])
+    cache.add_or_update_pod(pod(name="plain", node="n1"))
+    cache.add_or_update_pod(_with_terms("near", "n2", anti=False))
+    cache.assume(_with_terms("apart", NodeName("n3"), anti=True), NodeName("n3"))
+    assert names() == (["n2", "n3"], ["n3"])
+    # The same pod moved (an update naming another node) leaves its old node's entry.
+    cache.add_or_update_pod(_with_terms("near", "n1", anti=False))
+    assert names() == (["n1", "n3"], ["n3"])
+    cache.forget(PodInfo.from_api(make_pod().name("apart").obj()).key)
+    cache.remove_pod(PodInfo.from_api(make_pod().name("near").obj()).key)
+    assert names() == ([], [])
+    # The mappings are live: a list taken earlier sees later pods, and a removed node drops out.
+    cache.add_or_update_pod(_with_terms("late", "n3", anti=True))
+    assert names() == (["n3"], ["n3"])
+    cache.remove_node("n3")
+    assert names() == ([], [])

@@ -116,24 +116,28 @@ def schedule(
     want = sampler.num_to_find(total, framework.percentage_of_nodes_to_score)
     start = sampler.next_start % total if total else 0
     evaluated = 0
-    for i in range(total):
-        node = candidates[(start + i) % total]
-        evaluated += 1
-        status = framework.run_filter(state, pod, node)
-        if status.ok:
-            feasible.append(node)
-            if len(feasible) >= want:
-                break
-            continue
-        if status.code is Code.ERROR:
-            result.status = status
-            result.evaluated = evaluated
-            return result
-        result.node_statuses[node.name] = status
-        if status.code is Code.PENDING:
-            result.pending_plugins.add(status.plugin)
-        else:
-            result.unschedulable_plugins.add(status.plugin)
+    # Filter in chunks of exactly the feasible nodes still wanted: a chunk cannot
+    # overshoot, so the nodes evaluated (and where the next cycle starts) are the
+    # same as filtering one node at a time, at a fraction of the calls.
+    while evaluated < total and len(feasible) < want:
+        size = min(want - len(feasible), total - evaluated)
+        first = start + evaluated
+        chunk = [candidates[(first + j) % total] for j in range(size)]
+        statuses = framework.run_filter_nodes(state, pod, chunk)
+        for node, status in zip(chunk, statuses, strict=True):
+            evaluated += 1
+            if status is None:
+                feasible.append(node)
+                continue
+            if status.code is Code.ERROR:
+                result.status = status
+                result.evaluated = evaluated
+                return result
+            result.node_statuses[node.name] = status
+            if status.code is Code.PENDING:
+                result.pending_plugins.add(status.plugin)
+            else:
+                result.unschedulable_plugins.add(status.plugin)
     if total:
         sampler.next_start = (start + evaluated) % total
     result.evaluated = evaluated

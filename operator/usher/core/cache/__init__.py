@@ -3,7 +3,12 @@
 Pure.
 """
 
-from usher.core.cache.caching import Cache
+from usher.core.cache.caching import (
+    Cache,
+    NodeList,
+    nodes_with_affinity_pods,
+    nodes_with_required_anti_affinity_pods,
+)
 from usher.core.cache.nodeinfo import NodeInfo
 
-__all__ = ["Cache", "NodeInfo"]
+__all__ = ["Cache", "NodeInfo", "NodeList", "nodes_with_affinity_pods", "nodes_with_required_anti_affinity_pods"]

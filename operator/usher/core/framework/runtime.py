@@ -19,6 +19,8 @@ from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import (
     MAX_NODE_SCORE,
+    BatchFilterPlugin,
+    BatchScorePlugin,
     BindPlugin,
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -127,8 +129,18 @@ class Framework:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self._recorder: FrameworkRecorder = recorder or _Silent()
         self._timer = timer
-        self._filters = [(p.name, p.filter) for p in plugins.filter]
-        self._scorers = [(p, w, isinstance(p, ScoreNormalizer)) for p, w in plugins.score]
+        self._filters = [
+            (p.name, p.filter, p.filter_nodes if isinstance(p, BatchFilterPlugin) else None) for p in plugins.filter
+        ]
+        self._scorers = [
+            (
+                p,
+                w,
+                p.normalize_scores if isinstance(p, ScoreNormalizer) else None,
+                p.score_nodes if isinstance(p, BatchScorePlugin) else None,
+            )
+            for p, w in plugins.score
+        ]
         self._hints: dict[str, list[ClusterEventWithHint]] = {
             NO_NODES_AVAILABLE: [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD))]
         }
@@ -184,29 +196,48 @@ class Framework:
         return outcome
 
     def run_filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        """The first plugin that rejects ``node`` (an ok Status when every plugin accepts it).
+        """The first plugin that rejects ``node`` (an ok Status when every plugin accepts it)."""
+        return self.run_filter_nodes(state, pod, [node])[0] or SUCCESS
 
-        The hot loop of a cycle (nodes x plugins): without sampling it calls the
-        plugins directly, without the timing wrapper.
+    def run_filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """Per node, None if every Filter plugin accepts it, else the first rejection (or error).
+
+        The hot loop of a cycle (nodes x plugins), run plugin by plugin over the
+        nodes still standing: a ``BatchFilterPlugin`` is called once for all of
+        them, any other plugin once per node. A batch that raises is re-run node
+        by node, so an error lands on the node that caused it. On sampled cycles
+        each plugin's time is recorded as the mean per node, once per status it
+        returned, so the histogram keeps kube-scheduler's per-node scale.
         """
+        results: list[Status | None] = [None] * len(nodes)
+        standing = list(range(len(nodes)))
         skip = state.skip_filter_plugins
-        if self._sampled(state):
-            for plugin in self.plugins.filter:
-                if plugin.name not in skip:
-                    status = self._call(plugin.name, "Filter", True, plugin.filter, state, pod, node)
-                    if status.code is not Code.SUCCESS:
-                        return status.with_plugin(plugin.name)
-            return SUCCESS
-        for name, check in self._filters:
-            if name in skip:
+        sampled = self._sampled(state)
+        for name, check, batch in self._filters:
+            if name in skip or not standing:
                 continue
-            try:
-                status = check(state, pod, node)
-            except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
-                status = error(f"{type(exc).__name__}: {exc}")
-            if status.code is not Code.SUCCESS:
-                return status.with_plugin(name)
-        return SUCCESS
+            subset = nodes if len(standing) == len(nodes) else [nodes[i] for i in standing]
+            started = self._timer() if sampled else 0.0
+            statuses = _filter_batch(batch, check, state, pod, subset)
+            if sampled:
+                self._record_batch(name, statuses, self._timer() - started)
+            still: list[int] = []
+            for index, status in zip(standing, statuses, strict=True):
+                if status is None or status.code is Code.SUCCESS:
+                    still.append(index)
+                else:
+                    results[index] = status.with_plugin(name)
+            standing = still
+        return results
+
+    def _record_batch(self, plugin: str, statuses: Sequence[Status | None], seconds: float) -> None:
+        counts: dict[str, int] = {}
+        for status in statuses:
+            label = "Success" if status is None else status_label(status)
+            counts[label] = counts.get(label, 0) + 1
+        per_node = seconds / max(1, len(statuses))
+        for label in counts:
+            self._recorder.plugin(plugin, "Filter", label, per_node)
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status:
         started = self._timer()
@@ -236,37 +267,34 @@ class Framework:
                 status = status.with_plugin(pre_score.name)
                 break
         if status.ok:
-            for plugin, weight, normalizes in self._scorers:
+            names = [node.name for node in nodes]
+            summed = [0] * len(nodes)
+            for plugin, weight, normalize, batch in self._scorers:
                 if plugin.name in state.skip_score_plugins:
                     continue
-                scores: dict[NodeName, int] = {}
-                score = plugin.score
-                for node in nodes:
-                    if sample:
-                        value, node_status = self._call_pair(plugin.name, "Score", True, score, state, pod, node)
-                    else:
-                        try:
-                            value, node_status = score(state, pod, node)
-                        except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
-                            value, node_status = 0, error(f"{type(exc).__name__}: {exc}")
-                    if node_status.code is not Code.SUCCESS:
-                        status = node_status.with_plugin(plugin.name)
-                        break
-                    scores[node.name] = int(value or 0)
+                plugin_started = self._timer() if sample else 0.0
+                scores, status = _score_batch(batch, plugin.score, state, pod, nodes)
+                if sample:
+                    per_node = (self._timer() - plugin_started) / max(1, len(nodes))
+                    self._recorder.plugin(plugin.name, "Score", status_label(status), per_node)
                 if not status.ok:
+                    status = status.with_plugin(plugin.name)
                     break
-                if normalizes and isinstance(plugin, ScoreNormalizer):
-                    status = plugin.normalize_scores(state, pod, scores)
+                if normalize is not None:
+                    by_node = dict(zip(names, scores, strict=True))
+                    status = normalize(state, pod, by_node)
                     if not status.ok:
                         status = status.with_plugin(plugin.name)
                         break
-                for name, value in scores.items():
-                    if not 0 <= value <= MAX_NODE_SCORE:
-                        status = error(f"plugin {plugin.name} scored node {name} {value}, outside 0-{MAX_NODE_SCORE}")
-                        break
-                    totals[name] += value * weight
-                if not status.ok:
+                    scores = [by_node[name] for name in names]
+                if scores and (min(scores) < 0 or max(scores) > MAX_NODE_SCORE):
+                    bad = next(i for i, v in enumerate(scores) if not 0 <= v <= MAX_NODE_SCORE)
+                    status = error(
+                        f"plugin {plugin.name} scored node {names[bad]} {scores[bad]}, outside 0-{MAX_NODE_SCORE}"
+                    )
                     break
+                summed = [total + value * weight for total, value in zip(summed, scores, strict=True)]
+            totals = dict(zip(names, summed, strict=True))
         self._recorder.extension_point("Score", status_label(status), self.scheduler_name, self._timer() - started)
         return totals, status
 
@@ -366,6 +394,49 @@ class Framework:
         if record:
             self._recorder.plugin(plugin, point, status_label(status), self._timer() - started)
         return value, status
+
+
+FilterOne = Callable[["CycleState", PodInfo, "NodeInfo"], Status]
+FilterMany = Callable[["CycleState", PodInfo, Sequence["NodeInfo"]], list[Status | None]]
+ScoreOne = Callable[["CycleState", PodInfo, "NodeInfo"], tuple[int, Status]]
+ScoreMany = Callable[["CycleState", PodInfo, Sequence["NodeInfo"]], tuple[list[int], Status]]
+
+
+def _filter_batch(
+    batch: FilterMany | None, check: FilterOne, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+) -> Sequence[Status | None]:
+    if batch is not None:
+        try:
+            statuses = batch(state, pod, nodes)
+        except Exception:  # redo node by node: the error belongs to the node that raised it
+            pass
+        else:
+            if len(statuses) == len(nodes):
+                return statuses
+    return [_guarded(check, state, pod, node) for node in nodes]
+
+
+def _score_batch(
+    batch: ScoreMany | None, score: ScoreOne, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+) -> tuple[list[int], Status]:
+    if batch is not None:
+        try:
+            scores, status = batch(state, pod, nodes)
+        except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+            return [], error(f"{type(exc).__name__}: {exc}")
+        if not status.ok or len(scores) == len(nodes):
+            return scores, status
+        return [], error(f"scored {len(scores)} of {len(nodes)} nodes")
+    values: list[int] = []
+    for node in nodes:
+        try:
+            value, status = score(state, pod, node)
+        except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+            return values, error(f"{type(exc).__name__}: {exc}")
+        if status.code is not Code.SUCCESS:
+            return values, status
+        values.append(int(value or 0))
+    return values, SUCCESS
 
 
 def _guarded(call: Callable[..., Status], *args: Any) -> Status:

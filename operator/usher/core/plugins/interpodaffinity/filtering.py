@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from usher.core.cache import nodes_with_required_anti_affinity_pods
 from usher.core.plugins.interpodaffinity.terms import (
     AffinityTerm,
     NamespaceLabelsOf,
@@ -80,9 +81,7 @@ def existing_anti_affinity_counts(
     def ns_labels_of(_: str) -> Mapping[str, str]:
         return pod_ns_labels
 
-    for node in nodes:
-        if node.pods_with_required_anti_affinity <= 0:
-            continue
+    for node in nodes_with_required_anti_affinity_pods(nodes):
         labels = node.labels
         for existing in node.pods.values():
             if not existing.has_required_anti_affinity:

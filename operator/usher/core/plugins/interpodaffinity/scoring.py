@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from usher.core.cache import nodes_with_affinity_pods
 from usher.core.framework.interface import MAX_NODE_SCORE
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache
 from usher.core.types import NodeName, PodInfo
@@ -65,9 +66,10 @@ def topology_scores(
 
     scores: dict[str, dict[str, int]] = {}
     contributed = False
-    for node in nodes:
+    # Without preferred terms of its own, only nodes holding pods with terms can add anything.
+    for node in nodes if has_constraints else nodes_with_affinity_pods(nodes):
         labels = node.labels
-        if not labels or (not has_constraints and node.pods_with_affinity <= 0):
+        if not labels:
             continue
         for existing in node.pods.values():
             if has_constraints:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.interface import ClusterEventWithHint, EnqueueExtensions, FilterPlugin, Handle
+from usher.core.framework.interface import BatchFilterPlugin, ClusterEventWithHint, EnqueueExtensions, Handle
 from usher.core.plugins.names import NODE_NAME
 from usher.core.plugins.registry import reject_unknown_args
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
@@ -36,6 +36,12 @@ class NodeName:
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         return SUCCESS if fits(pod, node.name) else unschedulable(REASON, resolvable=False)
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        if not pod.node_name:
+            return [None] * len(nodes)
+        rejection = unschedulable(REASON, resolvable=False)
+        return [None if node.name == pod.node_name else rejection for node in nodes]
+
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         # Only a new node can carry the requested name; updates never rename a node.
         return [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), hint=added_node_is_the_requested_one)]
@@ -51,5 +57,5 @@ def new(args: Mapping[str, Any], handle: Handle) -> NodeName:
     return NodeName()
 
 
-_check_filter: type[FilterPlugin] = NodeName
+_check_filter: type[BatchFilterPlugin] = NodeName
 _check_events: type[EnqueueExtensions] = NodeName

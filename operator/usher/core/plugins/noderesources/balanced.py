@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.interface import MAX_NODE_SCORE, ClusterEventWithHint, Handle, ScorePlugin
+from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, ClusterEventWithHint, Handle
 from usher.core.plugins.names import NODE_RESOURCES_BALANCED_ALLOCATION
 from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.resources import CPU, MEMORY
@@ -57,21 +57,30 @@ class NodeResourcesBalancedAllocation:
         self.args = args
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
-        fractions: list[float] = []
-        for resource in self.args.resources:
-            capacity = node.allocatable.get(resource, 0)
-            if capacity <= 0:
+        return self.score_nodes(state, pod, [node])[0][0], SUCCESS
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        amounts = [(resource, pod.requests.get(resource, 0)) for resource in self.args.resources]
+        scores: list[int] = []
+        for node in nodes:
+            allocatable = node.allocatable
+            requested = node.requested
+            fractions: list[float] = []
+            for resource, amount in amounts:
+                capacity = allocatable.get(resource, 0)
+                if capacity > 0:
+                    used = (requested.get(resource, 0) + amount) / capacity
+                    fractions.append(used if used < 1.0 else 1.0)
+            if len(fractions) == 2:
+                deviation = abs(fractions[0] - fractions[1]) / 2
+            elif len(fractions) < 2:
+                scores.append(MAX_NODE_SCORE)
                 continue
-            requested = node.requested.get(resource, 0) + pod.requests.get(resource, 0)
-            fractions.append(min(requested / capacity, 1.0))
-        if len(fractions) < 2:
-            return MAX_NODE_SCORE, SUCCESS
-        if len(fractions) == 2:
-            deviation = abs(fractions[0] - fractions[1]) / 2
-        else:
-            mean = sum(fractions) / len(fractions)
-            deviation = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
-        return int((1 - deviation) * MAX_NODE_SCORE), SUCCESS
+            else:
+                mean = sum(fractions) / len(fractions)
+                deviation = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+            scores.append(int((1 - deviation) * MAX_NODE_SCORE))
+        return scores, SUCCESS
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         # A score plugin never rejects a pod; registering keeps kube-scheduler's behaviour for
@@ -83,4 +92,4 @@ def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesBalancedAllocat
     return NodeResourcesBalancedAllocation(parse_args(args))
 
 
-_check: type[ScorePlugin] = NodeResourcesBalancedAllocation
+_check: type[BatchScorePlugin] = NodeResourcesBalancedAllocation

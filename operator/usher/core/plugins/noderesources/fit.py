@@ -21,10 +21,10 @@ from usher.core.cache.nodeinfo import non_zero_requests
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
     MAX_NODE_SCORE,
+    BatchFilterPlugin,
+    BatchScorePlugin,
     ClusterEventWithHint,
-    FilterPlugin,
     Handle,
-    ScorePlugin,
     this_pod_changed,
 )
 from usher.core.plugins.names import NODE_RESOURCES_FIT
@@ -145,22 +145,60 @@ class NodeResourcesFit:
         reasons = fit_reasons(pod, node, ignored=self._ignored)
         return unschedulable(*reasons) if reasons else SUCCESS
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
+        checks = [(r, amount) for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)]
+        results: list[Status | None] = []
+        for node in nodes:
+            allocatable = node.allocatable
+            used = node.requested
+            fits = used.get(PODS, 0) < allocatable.get(PODS, 0)
+            if fits:
+                for resource, amount in checks:
+                    if amount > allocatable.get(resource, 0) - used.get(resource, 0):
+                        fits = False
+                        break
+            results.append(None if fits else self.filter(state, pod, node))
+        return results
+
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
-        total = weights = 0
+        return self.score_nodes(state, pod, [node])[0][0], SUCCESS
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        amounts = self._pod_amounts(pod)
+        strategy = self.args.strategy
+        scores: list[int] = []
+        for node in nodes:
+            allocatable = node.allocatable
+            total = weights = 0
+            for resource, weight, amount, non_zero in amounts:
+                capacity = allocatable.get(resource, 0)
+                if capacity <= 0:
+                    continue
+                requested = (node.non_zero_requested if non_zero else node.requested).get(resource, 0) + amount
+                if strategy == LEAST_ALLOCATED:
+                    value = (capacity - requested) * MAX_NODE_SCORE // capacity if requested < capacity else 0
+                elif strategy == MOST_ALLOCATED:
+                    value = min(requested, capacity) * MAX_NODE_SCORE // capacity
+                else:
+                    value = shape_score(self.args.shape, min(requested, capacity) * 100 // capacity)
+                total += value * weight
+                weights += weight
+            scores.append(total // weights if weights else 0)
+        return scores, SUCCESS
+
+    def _pod_amounts(self, pod: PodInfo) -> list[tuple[str, int, int, bool]]:
+        """(resource, weight, the pod's request for scoring, counted in non_zero_requested) per scored resource."""
+        cpu, memory = non_zero_requests(pod)
+        amounts = []
         for resource, weight in self.args.resources:
-            capacity = node.allocatable.get(resource, 0)
-            if capacity <= 0:
-                continue
-            requested = scoring_requested(pod, node, resource)
-            if self.args.strategy == LEAST_ALLOCATED:
-                value = max(0, capacity - requested) * MAX_NODE_SCORE // capacity
-            elif self.args.strategy == MOST_ALLOCATED:
-                value = min(requested, capacity) * MAX_NODE_SCORE // capacity
+            if resource == CPU:
+                amounts.append((resource, weight, cpu, True))
+            elif resource == MEMORY:
+                amounts.append((resource, weight, memory, True))
             else:
-                value = shape_score(self.args.shape, min(requested, capacity) * 100 // capacity)
-            total += value * weight
-            weights += weight
-        return (total // weights if weights else 0), SUCCESS
+                amounts.append((resource, weight, pod.requests.get(resource, 0), False))
+        return amounts
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         return [
@@ -186,14 +224,6 @@ class NodeResourcesFit:
         return QueueingHint.QUEUE
 
 
-def scoring_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
-    """What the node would have requested with the pod on it; unset cpu/memory count as 100m / 200Mi."""
-    if resource in (CPU, MEMORY):
-        cpu, memory = non_zero_requests(pod)
-        return node.non_zero_requested.get(resource, 0) + (cpu if resource == CPU else memory)
-    return node.requested.get(resource, 0) + pod.requests.get(resource, 0)
-
-
 def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
     """Why ``pod`` does not fit on ``node`` (empty: it fits)."""
     reasons: list[str] = []
@@ -211,5 +241,5 @@ def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
     return NodeResourcesFit(parse_args(args))
 
 
-_check_filter: type[FilterPlugin] = NodeResourcesFit
-_check_score: type[ScorePlugin] = NodeResourcesFit
+_check_filter: type[BatchFilterPlugin] = NodeResourcesFit
+_check_score: type[BatchScorePlugin] = NodeResourcesFit

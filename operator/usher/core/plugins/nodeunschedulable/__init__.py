@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.interface import ClusterEventWithHint, FilterPlugin, Handle
+from usher.core.framework.interface import BatchFilterPlugin, ClusterEventWithHint, Handle
 from usher.core.plugins.names import NODE_UNSCHEDULABLE
 from usher.core.plugins.registry import reject_unknown_args
 from usher.core.selectors import tolerates
@@ -37,6 +37,13 @@ class NodeUnschedulable:
             return unschedulable(REASON, resolvable=False)
         return SUCCESS
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        if not any(node.unschedulable for node in nodes):
+            return [None] * len(nodes)
+        tolerated = tolerates_unschedulable(pod)
+        rejection = unschedulable(REASON, resolvable=False)
+        return [rejection if node.unschedulable and not tolerated else None for node in nodes]
+
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         return [
             ClusterEventWithHint(
@@ -64,4 +71,4 @@ def new(args: Mapping[str, Any], handle: Handle) -> NodeUnschedulable:
     return NodeUnschedulable()
 
 
-_check: type[FilterPlugin] = NodeUnschedulable
+_check: type[BatchFilterPlugin] = NodeUnschedulable

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
+    BatchFilterPlugin,
+    BatchScorePlugin,
     ClusterEventWithHint,
     EnqueueExtensions,
-    FilterPlugin,
     Handle,
     PreScorePlugin,
     ScoreNormalizer,
-    ScorePlugin,
     this_pod_changed,
 )
 from usher.core.framework.scoring import default_normalize
@@ -81,6 +81,15 @@ class TaintToleration:
             return SUCCESS
         return unschedulable(untolerated_reason(taint), resolvable=False)
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        if not any(node.taints for node in nodes):
+            return [None] * len(nodes)
+        results: list[Status | None] = []
+        for node in nodes:
+            status = self.filter(state, pod, node) if node.taints else SUCCESS
+            results.append(None if status.ok else status)
+        return results
+
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
         state.write(PRE_SCORE_KEY, prefer_no_schedule_tolerations(pod_tolerations(pod.raw)))
         return SUCCESS
@@ -90,6 +99,11 @@ class TaintToleration:
         if tolerations is None:  # PreScore disabled in this profile
             tolerations = prefer_no_schedule_tolerations(pod_tolerations(pod.raw))
         return count_intolerable_prefer_no_schedule(node.taints, tolerations), SUCCESS
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        if not any(node.taints for node in nodes):
+            return [0] * len(nodes), SUCCESS
+        return [self.score(state, pod, node)[0] if node.taints else 0 for node in nodes], SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         default_normalize(scores, reverse=True)
@@ -127,8 +141,8 @@ def new(args: Mapping[str, Any], handle: Handle) -> TaintToleration:
     return TaintToleration()
 
 
-_check_filter: type[FilterPlugin] = TaintToleration
+_check_filter: type[BatchFilterPlugin] = TaintToleration
 _check_pre_score: type[PreScorePlugin] = TaintToleration
-_check_score: type[ScorePlugin] = TaintToleration
+_check_score: type[BatchScorePlugin] = TaintToleration
 _check_normalizer: type[ScoreNormalizer] = TaintToleration
 _check_events: type[EnqueueExtensions] = TaintToleration
