@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 EXACT_COUNT = "ExactCount"
 ALL = "All"
@@ -41,9 +41,12 @@ class Version:
 AttributeValue: TypeAlias = int | bool | str | Version
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceId:
-    """A device as allocation results and the in-use set name it."""
+class DeviceId(NamedTuple):
+    """A device as allocation results and the in-use set name it.
+
+    A named tuple rather than a frozen dataclass: the allocator checks every device it passes
+    against the in-use set, and a tuple hashes and compares in C, a dataclass in Python.
+    """
 
     driver: str
     pool: str
