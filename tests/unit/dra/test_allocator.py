@@ -21,7 +21,9 @@ from usher.core.dra.allocator import (
     REASON_TIMED_OUT,
     AllocationOutcome,
     Inventory,
+    MatchMemo,
     allocate,
+    plan_claims,
 )
 from usher.core.dra.model import Device, DeviceId, Version, parse_claim, parse_class, parse_slice
 
@@ -75,11 +77,10 @@ def run(
     """Allocate on ``node``; ``in_use`` names devices of pool-1 of the default driver."""
     parsed_classes = [parse_class(c) for c in classes] or [parse_class(make_class().obj())]
     return allocate(
-        [parse_claim(c) for c in claims],
+        plan_claims([parse_claim(c) for c in claims], {c.name: c for c in parsed_classes}),
         node_name=node,
         node_labels=labels or {},
         inventory=Inventory.build(parse_slice(s) for s in slices),
-        classes={c.name: c for c in parsed_classes},
         in_use={DeviceId(DRIVER, "pool-1", name) for name in in_use},
         evaluate=evaluate or FakeCel(),
         deadline=deadline,
@@ -811,16 +812,150 @@ def test_allocating_on_each_of_20_nodes_takes_well_under_a_millisecond() -> None
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
+        plan = plan_claims(claims, classes)
         for n in range(20):
             outcome = allocate(
-                claims,
+                plan,
                 node_name=f"n{n}",
                 node_labels={},
                 inventory=inventory,
-                classes=classes,
                 in_use=in_use,
                 evaluate=cel,
             )
             assert outcome.ok
         best = min(best, (time.perf_counter() - start) / 20)
     assert best < 0.001, f"{best * 1e6:.0f}µs per node"
+
+
+# ---------------------------------------------------------------- one plan for every node, one memo for every pod
+
+NODES = ("n1", "n2", "n3")
+LABELS = {"n1": {"zone": "a"}, "n2": {"zone": "b"}, "n3": {"zone": "a"}}
+SPREAD = [
+    make_slice().name("l1").pool("n1").node("n1").device("d0", model="h100", numa=0).device("d1", model="a100").obj(),
+    make_slice().name("l2").pool("n2").node("n2").device("d0", model="a100", numa=1).device("d1", numa=1).obj(),
+    zone("z", "net", "nic-0", "nic-1", zone="a"),
+    everywhere("shared", "s0", "s1"),
+]
+
+
+def outcome_per_node(
+    claims: Sequence[Mapping[str, Any]], classes: Sequence[Mapping[str, Any]], *, shared: bool, in_use: Iterable[str]
+) -> list[tuple[bool, str, str | None, dict[str, Any]]]:
+    """Each node's outcome, with one plan (and memo, over two pods) for all nodes or a fresh plan per node."""
+    inventory = Inventory.build(parse_slice(s) for s in SPREAD)
+    parsed_classes = {c.name: c for c in (parse_class(raw) for raw in classes)}
+    parsed_claims = [parse_claim(c) for c in claims]
+    taken = {DeviceId(DRIVER, "n1", name) for name in in_use}
+    memo = MatchMemo()
+    plans = [plan_claims(parsed_claims, parsed_classes, memo=memo) for _ in range(2)]
+    found = []
+    for plan in plans if shared else plans[:1]:
+        for node in NODES:
+            outcome = allocate(
+                plan if shared else plan_claims(parsed_claims, parsed_classes),
+                node_name=node,
+                node_labels=LABELS[node],
+                inventory=inventory,
+                in_use=taken,
+                evaluate=FakeCel(),
+            )
+            found.append((outcome.ok, outcome.reason, outcome.error, dict(outcome.allocations)))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("claims", "classes", "in_use"),
+    [
+        pytest.param([claim()], [make_class().obj()], [], id="one device"),
+        pytest.param([claim(2), claim()], [make_class().obj()], ["d1"], id="two claims, a device in use"),
+        pytest.param([claim(selectors=(model("a100"),))], [make_class().obj()], [], id="request selectors"),
+        pytest.param([claim()], [make_class().selector(numa(1)).obj()], [], id="class selectors"),
+        pytest.param([claim(mode="All", selectors=(model("a100"),))], [make_class().obj()], [], id="All"),
+        pytest.param([big_or_small(big=3)], [make_class().obj()], [], id="firstAvailable"),
+        pytest.param(
+            [make_claim().request("gpu", count=2).constraint(NUMA).obj()], [make_class().obj()], [], id="matchAttribute"
+        ),
+        pytest.param([claim(admin=True), claim()], [make_class().obj()], ["d0", "d1"], id="adminAccess"),
+        pytest.param([claim(40)], [make_class().obj()], [], id="too many devices"),
+        pytest.param(
+            [claim(), make_claim().request("gpu", "missing").obj()], [make_class().obj()], [], id="a missing class"
+        ),
+        pytest.param([claim(selectors=("boom",))], [make_class().obj()], [], id="a CEL error"),
+    ],
+)
+def test_one_plan_for_every_node_allocates_as_a_plan_per_node(
+    claims: list[dict[str, Any]], classes: list[dict[str, Any]], in_use: list[str]
+) -> None:
+    fresh = outcome_per_node(claims, classes, shared=False, in_use=in_use)
+    assert outcome_per_node(claims, classes, shared=True, in_use=in_use) == fresh + fresh
+
+
+def test_a_memo_judges_each_device_once_for_every_pod_asking_alike() -> None:
+    cel = FakeCel()
+    inventory = Inventory.build(parse_slice(s) for s in SPREAD)
+    classes = {"gpu": parse_class(make_class().selector(model("a100")).obj())}
+    memo = MatchMemo()
+    calls = []
+    for _ in range(3):
+        plan = plan_claims([parse_claim(claim())], classes, memo=memo)
+        for node in NODES:
+            allocate(plan, node_name=node, node_labels=LABELS[node], inventory=inventory, in_use=(), evaluate=cel)
+        calls.append(cel.calls)
+    # n1: d0, d1 (a match); n2: d0 (a match); n3: nic-0, nic-1, s0, s1 (none). Then nothing new.
+    assert calls == [7, 7, 7]
+
+
+class FlakyCel(FakeCel):
+    """Fails on the devices named in ``failing``, as CEL refuses an expression that ran over its CPU limit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: set[str] = set()
+
+    def __call__(self, expression: str, device: Device, driver: str) -> bool:
+        if device.name in self.failing:
+            self.calls += 1
+            raise RuntimeError("refused")
+        return super().__call__(expression, device, driver)
+
+
+def test_a_failing_selector_takes_its_remembered_answers_along() -> None:
+    cel = FlakyCel()
+    slices = [
+        everywhere("a-shared", "s0"),  # first in pool order, seen from both nodes
+        make_slice().name("l1").pool("n1").node("n1").device("bad").obj(),
+        make_slice().name("l2").pool("n2").node("n2").device("gpu-0", model="a100").obj(),
+    ]
+    inventory = Inventory.build(parse_slice(s) for s in slices)
+    classes = {"gpu": parse_class(make_class().selector(model("a100")).obj())}
+    memo = MatchMemo()
+    plan = plan_claims([parse_claim(claim())], classes, memo=memo)
+
+    def on(node: str) -> AllocationOutcome:
+        return allocate(plan, node_name=node, node_labels={}, inventory=inventory, in_use=(), evaluate=cel)
+
+    assert on("n2").ok
+    assert cel.calls == 2  # s0 (no), gpu-0 (yes): both remembered
+    cel.failing = {"bad"}
+    outcome = on("n1")
+    assert outcome.error is not None and "refused" in outcome.error
+    assert cel.calls == 3  # s0 was remembered, bad failed
+    assert on("n2").ok
+    assert cel.calls == 5, "the failure made the memo forget the expression's answers, so n2 evaluates again"
+
+
+def test_an_all_request_on_a_bad_pool_is_reported_before_a_missing_class_of_a_later_request() -> None:
+    raw = make_claim().request("all", mode="All").request("x", "missing").obj()
+    outcome = run([raw], [make_slice().node("n1").pool("pool-1", count=2).device("gpu-0").obj()])
+    assert outcome.error is not None and "currently being updated" in outcome.error
+    outcome = run([raw], [local("gpu-0")])
+    assert outcome.error is not None and "device class missing does not exist" in outcome.error
+
+
+def test_allocations_are_built_when_read() -> None:
+    claims = [claim(), claim()]
+    outcome = run(claims, [TWO])
+    assert len(outcome.allocations) == 2
+    assert sorted(outcome.allocations) == sorted(c["metadata"]["uid"] for c in claims)
+    assert "gpu-0" in repr(outcome)

@@ -20,9 +20,12 @@ from usher.config import build_framework, parse_config
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.cycle import schedule
+from usher.core.dra.cel import DeviceInput, SelectorEvaluator
+from usher.core.dra.matching import SelectorResults
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
+from usher.core.plugins.dynamicresources import DynamicResources
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import Where
 from usher.core.types import Code, NodeName, PodInfo, PodKey
@@ -284,6 +287,61 @@ def test_a_missing_device_class_holds_the_pod(handle: FakeHandle, cache: Cache) 
     _, _, node, result = cycle(only_dra(handle), cache, claim_pod("p", claim="c"))
     assert node is None
     assert result.pre_filter_message == "request gpu: device class nonexistent does not exist"
+
+
+# ---------------------------------------------------------------------- remembered selector answers
+
+A100 = f'device.attributes["{DRIVER}"].model == "a100"'
+H100 = f'device.attributes["{DRIVER}"].model == "h100"'
+
+
+def models(handle: FakeHandle, **by_node: str) -> None:
+    """Replace each node's slice: two devices of the given model."""
+    for node, model in by_node.items():
+        handle.dra.on_slice(
+            False,
+            make_slice().name(f"{node}-s").driver(DRIVER).pool(node).node(node).devices("gpu", 2, model=model).obj(),
+        )
+
+
+def test_a_changed_slice_is_judged_again(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    handle.dra.on_class(False, make_class().name("a100").selector(A100).obj())
+    models(handle, n1="h100", n2="h100")
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", "a100").obj())
+    _, _, node, result = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node is None and result.message == "0/2 nodes are available: 2 cannot allocate all claims."
+    models(handle, n2="a100")
+    _, _, node, _ = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node == "n2", "the answers about n2's old devices are gone with them"
+
+
+def test_a_changed_class_is_judged_by_its_new_selectors(handle: FakeHandle, cache: Cache) -> None:
+    fw = only_dra(handle)
+    models(handle, n1="h100", n2="a100")
+    for name, (selector, expected) in enumerate([(A100, "n2"), (H100, "n1"), (A100, "n2")]):
+        handle.dra.on_class(False, make_class().name("pick").selector(selector).obj())
+        handle.dra.on_claim(False, make_claim().name(f"c{name}").request("gpu", "pick").obj())
+        _, _, node, _ = cycle(fw, cache, claim_pod(f"p{name}", claim=f"c{name}"))
+        assert node == expected
+
+
+def test_pods_asking_alike_have_each_device_judged_once(handle: FakeHandle, cache: Cache) -> None:
+    class Counting(SelectorEvaluator):
+        calls = 0
+
+        def matches(self, expression: str, device: DeviceInput) -> bool:
+            Counting.calls += 1
+            return super().matches(expression, device)
+
+    plugin = DynamicResources(handle, selectors=SelectorResults(Counting()))
+    for name in ("a", "b", "c"):
+        handle.dra.on_claim(False, make_claim().name(f"claim-{name}").request("gpu", CLASS).obj())
+        pod = PodInfo.from_api(claim_pod(name, claim=f"claim-{name}"))
+        state = CycleState()
+        assert plugin.pre_filter(state, pod, cache.node_infos())[1].ok
+        assert all(plugin.filter(state, pod, node).ok for node in cache.node_infos())
+    assert Counting.calls == 2, "the first device of each node, once for all three pods"
 
 
 # ---------------------------------------------------------------------- events and the PreQueueingHint

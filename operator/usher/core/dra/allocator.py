@@ -3,11 +3,16 @@
 Theory of operation, as kube-scheduler's DynamicResources plugin does it
 (``k8s.io/dynamic-resource-allocation/structured``, the stable variant):
 
-1. Gather the pools the node can reach (:mod:`usher.core.dra.pools`).
-2. Plan every request: look up its class, and for ``allocationMode: All``
-   collect every matching device up front (refused while a reachable pool is
-   incomplete or invalid). A claim needing more than 32 devices is an error.
-3. Search depth-first over claims, then requests (a ``firstAvailable``
+1. Plan every request, once per scheduling cycle (:func:`plan_claims`): look
+   up its class and the claim constraints that apply to it. Nothing here
+   depends on the node, so Filter reuses the plan on every node, and with it
+   each request's selector results per device (which a :class:`MatchMemo`
+   can carry over to the next cycles).
+2. Gather the pools the node can reach (:mod:`usher.core.dra.pools`).
+3. For ``allocationMode: All`` collect every matching device up front
+   (refused while a reachable pool is incomplete or invalid). A claim needing
+   more than 32 devices is an error.
+4. Search depth-first over claims, then requests (a ``firstAvailable``
    request tries its sub-requests in order), then the devices each needs, and
    backtrack on failure. A device is taken if it is in use elsewhere or already
    picked in this search; adminAccess requests ignore both, except that one
@@ -15,11 +20,15 @@ Theory of operation, as kube-scheduler's DynamicResources plugin does it
    selectors, must be true; ``matchAttribute`` constraints must hold within
    the claim. Meeting an invalid pool while looking for devices is an error.
    The first complete solution wins.
-4. Build each claim's ``status.allocation`` (:mod:`usher.core.dra.results`):
-   results, configs (FromClass first, then FromClaim) and the node selector
-   the devices imply.
+5. Build each claim's ``status.allocation`` (:mod:`usher.core.dra.results`),
+   when it is first read: results, configs (FromClass first, then FromClaim)
+   and the node selector the devices imply. Filter finds a solution on every
+   node, Reserve reads only the chosen node's.
 
-Outcomes mirror the plugin's Filter: no solution is "cannot allocate all
+Errors are raised where kube raises them while walking the claims in order
+(a missing class, then an ``All`` request's pools, then the claim's device
+count), so a plan keeps the error it met and each node replays the walk up to
+it. Outcomes mirror the plugin's Filter: no solution is "cannot allocate all
 claims", a passed deadline is "timed out trying to allocate devices" (both
 Unschedulable), and CEL errors, invalid pools or impossible requests are an
 error that aborts the scheduling attempt. The search is iterative (an explicit
@@ -52,9 +61,12 @@ __all__ = [
     "REASON_TIMED_OUT",
     "Allocation",
     "AllocationOutcome",
+    "ClaimsPlan",
     "Evaluate",
     "Inventory",
+    "MatchMemo",
     "allocate",
+    "plan_claims",
 ]
 
 REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"
@@ -86,18 +98,12 @@ class _TimedOutError(Exception):
 class _MatchAttribute:
     """``matchAttribute``: every device of the listed requests shares the attribute's type and value."""
 
-    __slots__ = ("count", "domain", "ident", "requests", "value")
+    __slots__ = ("count", "domain", "ident", "value")
 
     def __init__(self, constraint: Constraint) -> None:
-        self.requests = frozenset(constraint.requests)
         self.domain, _, self.ident = constraint.match_attribute.partition("/")
         self.value: object = None
         self.count = 0
-
-    def applies(self, base: str, sub: str) -> bool:
-        if not self.requests:
-            return True
-        return base in self.requests or (bool(sub) and f"{base}/{sub}" in self.requests)
 
     def add(self, device: Device) -> bool:
         # Attributes are stored by domain, so the qualified name and the bare id of
@@ -116,24 +122,76 @@ class _MatchAttribute:
         self.count -= 1
 
 
-class _Plan:
-    """A request without sub-requests, or one sub-request, ready for the search."""
+def _constraint_applies(constraint: Constraint, base: str, sub: str) -> bool:
+    if not constraint.requests:
+        return True
+    return base in constraint.requests or (bool(sub) and f"{base}/{sub}" in constraint.requests)
 
-    __slots__ = (
-        "admin",
-        "all_mode",
-        "base",
-        "class_",
-        "constraints",
-        "count",
-        "devices",
-        "matches",
-        "name",
-        "selectors",
-        "sub",
-    )
 
-    def __init__(self, base: str, sub: str, spec: SubRequest, class_: DeviceClass, claim: _ClaimPlan) -> None:
+# ---------------------------------------------------------------- the plan (once per cycle)
+
+
+class MatchMemo:
+    """Which devices each combination of class and request selectors accepts, across cycles.
+
+    An answer depends on the device and the expressions only, so pods asking alike share them
+    and each node's device is judged once rather than once per pod. Answers are kept per
+    :class:`Candidate`, so they hold for one :class:`Inventory` and one ``evaluate``: the owner
+    clears the memo when it builds a new inventory. Beyond ``max_combinations`` combinations,
+    all are forgotten when the next pod is planned; each holds at most one answer per device.
+
+    A selector that fails (a CEL error, or one refused after running over its CPU limit) takes
+    the answers that relied on it along: it must fail again wherever it would be evaluated.
+    """
+
+    __slots__ = ("_by_selectors", "_max")
+
+    def __init__(self, *, max_combinations: int = 64) -> None:
+        self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
+        self._max = max(1, max_combinations)
+
+    def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
+        """The answers for one combination, to read and add to (the same dict for every plan)."""
+        key = (class_selectors, request_selectors)
+        found = self._by_selectors.get(key)
+        if found is None:
+            found = self._by_selectors[key] = {}
+        return found
+
+    def forget(self, expression: str) -> None:
+        """Drop every answer that relied on ``expression``, also from plans already made."""
+        for (class_selectors, request_selectors), answers in self._by_selectors.items():
+            if expression in class_selectors or expression in request_selectors:
+                answers.clear()
+
+    def clear(self) -> None:
+        self._by_selectors.clear()
+
+    def make_room(self) -> None:
+        """Forget everything if over the limit; only between plans, so a plan in use stays reachable by forget()."""
+        if len(self._by_selectors) >= self._max:
+            self._by_selectors.clear()
+
+
+class _Request:
+    """A request without sub-requests, or one sub-request, ready for the search on any node.
+
+    ``matches`` holds the selector results per device: they depend on the device and the
+    expressions only, so one node's answers are good for every other node of the cycle
+    (and, with a :class:`MatchMemo`, of later cycles).
+    """
+
+    __slots__ = ("admin", "all_mode", "base", "class_", "constraints", "count", "matches", "name", "selectors", "sub")
+
+    def __init__(
+        self,
+        base: str,
+        sub: str,
+        spec: SubRequest,
+        class_: DeviceClass,
+        constraints: Sequence[Constraint],
+        memo: MatchMemo,
+    ) -> None:
         self.base = base
         self.sub = sub
         self.name = f"{base}/{sub}" if sub else base
@@ -142,25 +200,105 @@ class _Plan:
         self.all_mode = spec.mode == ALL
         self.admin = spec.admin_access
         self.count = spec.count
-        self.devices: list[Candidate] = []
-        """For All: the devices, collected up front."""
-        self.matches: dict[Candidate, bool] = {}
-        self.constraints = tuple(c for c in claim.constraints if c.applies(base, sub))
-
-    def needed(self) -> int:
-        return len(self.devices) if self.all_mode else self.count
+        self.constraints = tuple(i for i, c in enumerate(constraints) if _constraint_applies(c, base, sub))
+        """Indices of the claim constraints that apply to this request."""
+        self.matches = memo.answers(class_.selectors, spec.selectors)
 
 
 class _ClaimPlan:
-    __slots__ = ("claim", "constraints", "has_subs", "requests", "results", "selected")
+    """One claim's requests and their alternatives, as far as planning got.
 
-    def __init__(self, claim: Claim) -> None:
+    ``error`` is the first node-independent error (a missing class): each node walks
+    ``requests``, then ``partial`` (the sub-requests before the missing one), then raises it,
+    so a node-dependent error met earlier in the walk still wins, as in kube.
+    """
+
+    __slots__ = ("claim", "error", "fixed", "has_all", "has_subs", "minimum", "partial", "requests")
+
+    def __init__(self, claim: Claim, classes: Mapping[str, DeviceClass], memo: MatchMemo) -> None:
         self.claim = claim
-        self.constraints = [_MatchAttribute(c) for c in claim.constraints]
-        self.requests: list[list[_Plan]] = []
+        self.requests: list[tuple[_Request, ...]] = []
         self.has_subs: list[bool] = []
-        self.selected: list[int] = []
-        self.results: list[tuple[_Plan, Candidate]] = []
+        self.partial: tuple[_Request, ...] = ()
+        self.error = ""
+        for request in claim.requests:
+            subs = (
+                [("", request.exactly)]
+                if request.exactly is not None
+                else [(s.name, s) for s in request.first_available]
+            )
+            alternatives: list[_Request] = []
+            for sub, spec in subs:
+                class_ = classes.get(spec.class_name)
+                if class_ is None:
+                    name = f"{request.name}/{sub}" if sub else request.name
+                    self.error = f"claim {claim.key}, request {name}: device class {spec.class_name} does not exist"
+                    self.partial = tuple(alternatives)
+                    break
+                alternatives.append(_Request(request.name, sub, spec, class_, claim.constraints, memo))
+            if self.error:
+                break
+            self.requests.append(tuple(alternatives))
+            self.has_subs.append(request.exactly is None)
+        self.has_all = any(r.all_mode for alternatives in self.requests for r in alternatives) or any(
+            r.all_mode for r in self.partial
+        )
+        self.minimum = sum(min(r.count for r in alternatives) for alternatives in self.requests)
+        """Devices the claim needs at least, when it has no All request (else counted per node)."""
+        self.fixed = not self.has_all and not self.error
+        """Whether nodes can skip the planning walk: nothing in it depends on the node."""
+
+
+class ClaimsPlan:
+    """All of a pod's unallocated claims, planned once for every node of a scheduling cycle."""
+
+    __slots__ = ("claims", "memo")
+
+    def __init__(self, claims: tuple[_ClaimPlan, ...], memo: MatchMemo) -> None:
+        self.claims = claims
+        self.memo = memo
+
+
+def plan_claims(
+    claims: Sequence[Claim], classes: Mapping[str, DeviceClass], *, memo: MatchMemo | None = None
+) -> ClaimsPlan:
+    """Plan the claims of one pod for :func:`allocate`; pure, and independent of any node.
+
+    With a ``memo``, selector answers found for earlier pods are reused and new ones added;
+    without, the answers are shared by the nodes of this plan only.
+    Raises ValueError for a claim already allocated or passed twice (a caller's mistake);
+    errors of the claims themselves come out of :func:`allocate`, where kube reports them.
+    """
+    for claim in claims:
+        if claim.allocation is not None:
+            raise ValueError(f"claim {claim.key} is already allocated")
+    if len({c.uid for c in claims}) != len(claims):
+        raise ValueError("the same claim is passed twice")
+    if memo is None:
+        memo = MatchMemo()
+    else:
+        memo.make_room()
+    return ClaimsPlan(tuple(_ClaimPlan(claim, classes, memo) for claim in claims), memo)
+
+
+# ---------------------------------------------------------------- the search (once per node)
+
+
+class _ClaimSearch:
+    """One claim's state during one node's search."""
+
+    __slots__ = ("devices", "plan", "results", "selected", "trackers")
+
+    def __init__(self, plan: _ClaimPlan) -> None:
+        self.plan = plan
+        self.trackers = list(map(_MatchAttribute, plan.claim.constraints))
+        self.selected = [0] * len(plan.requests)
+        self.results: list[tuple[_Request, Candidate]] = []
+        self.devices: dict[_Request, list[Candidate]] = {}
+        """For All requests: the devices, collected up front."""
+
+    def needed(self, request: _Request) -> int:
+        return len(self.devices[request]) if request.all_mode else request.count
 
 
 _SUB, _EXACT, _ALL = 0, 1, 2
@@ -188,9 +326,8 @@ _FAIL: Final = "fail"
 class _Search:
     def __init__(
         self,
-        claims: Sequence[Claim],
-        pools: list[VisiblePool],
-        classes: Mapping[str, DeviceClass],
+        plan: ClaimsPlan,
+        pools: Sequence[VisiblePool],
         in_use: Container[DeviceId],
         evaluate: Evaluate,
         deadline: float | None,
@@ -201,61 +338,60 @@ class _Search:
         self.evaluate = evaluate
         self.deadline = deadline
         self.now = now
-        self.picked: dict[DeviceId, list[int]] = {}
-        """Devices picked so far in this search -> the claims (indices) they were picked for."""
-        self.claims = [self._plan_claim(claim, classes) for claim in claims]
+        self.memo = plan.memo
+        self.picked: dict[Candidate, list[int]] = {}
+        """Devices picked so far in this search -> the claims (indices) they were picked for.
 
-    # ------------------------------------------------------------ planning
+        Keyed by candidate identity: two candidates with one id are a duplicate device name,
+        which makes the pool invalid (an error) before either can be picked.
+        """
+        self.claims = [self._prepare(claim) for claim in plan.claims]
 
-    def _plan_claim(self, claim: Claim, classes: Mapping[str, DeviceClass]) -> _ClaimPlan:
-        plan = _ClaimPlan(claim)
-        minimum = 0
-        for request in claim.requests:
-            if request.exactly is not None:
-                alternatives = [self._plan_request(plan, request.name, "", request.exactly, classes)]
-            else:
-                alternatives = [
-                    self._plan_request(plan, request.name, s.name, s, classes) for s in request.first_available
-                ]
-            plan.requests.append(alternatives)
-            plan.has_subs.append(request.exactly is None)
-            plan.selected.append(0)
-            minimum += min(p.needed() for p in alternatives)
+    # ------------------------------------------------------------ the node's part of planning
+
+    def _prepare(self, plan: _ClaimPlan) -> _ClaimSearch:
+        claim = _ClaimSearch(plan)
+        minimum = plan.minimum
+        if not plan.fixed:
+            minimum = 0
+            for alternatives in plan.requests:
+                for request in alternatives:
+                    if request.all_mode:
+                        claim.devices[request] = self._all_devices(claim, request)
+                minimum += min(claim.needed(r) for r in alternatives)
+            for request in plan.partial:
+                if request.all_mode:
+                    self._all_devices(claim, request)
+            if plan.error:
+                raise _AbortError(plan.error)
         if minimum > RESULTS_MAX_SIZE:
             raise _AbortError(
-                f"claim {claim.key}: number of requested devices {minimum} "
+                f"claim {plan.claim.key}: number of requested devices {minimum} "
                 f"exceeds the claim limit of {RESULTS_MAX_SIZE}"
             )
-        return plan
+        return claim
 
-    def _plan_request(
-        self, claim: _ClaimPlan, base: str, sub: str, spec: SubRequest, classes: Mapping[str, DeviceClass]
-    ) -> _Plan:
-        name = f"{base}/{sub}" if sub else base
-        class_ = classes.get(spec.class_name)
-        if class_ is None:
-            raise _AbortError(f"claim {claim.claim.key}, request {name}: device class {spec.class_name} does not exist")
-        plan = _Plan(base, sub, spec, class_, claim)
-        if plan.all_mode:
-            for visible in self.pools:
-                if visible.pool.incomplete:
-                    raise _AbortError(
-                        f"claim {claim.claim.key}, request {name}: asks for all devices, "
-                        f"but resource pool {visible.pool} is currently being updated"
-                    )
-                if visible.invalid:
-                    raise _AbortError(
-                        f"claim {claim.claim.key}, request {name}: asks for all devices, "
-                        f"but resource pool {visible.pool} is currently invalid"
-                    )
-                plan.devices.extend(c for c in visible.candidates if self._selectable(claim, plan, c))
-        return plan
+    def _all_devices(self, claim: _ClaimSearch, request: _Request) -> list[Candidate]:
+        devices: list[Candidate] = []
+        for visible in self.pools:
+            if visible.pool.incomplete:
+                raise _AbortError(
+                    f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
+                    f"but resource pool {visible.pool} is currently being updated"
+                )
+            if visible.invalid:
+                raise _AbortError(
+                    f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
+                    f"but resource pool {visible.pool} is currently invalid"
+                )
+            devices.extend(c for c in visible.candidates if self._selectable(claim, request, c))
+        return devices
 
     # ------------------------------------------------------------ selectors
 
-    def _selectable(self, claim: _ClaimPlan, plan: _Plan, candidate: Candidate) -> bool:
+    def _selectable(self, claim: _ClaimSearch, request: _Request, candidate: Candidate) -> bool:
         """Class selectors, then request selectors (cached per device for the request, as kube does)."""
-        cached = plan.matches.get(candidate)
+        cached = request.matches.get(candidate)
         if cached is not None:
             return cached
         device = candidate.device
@@ -263,27 +399,29 @@ class _Search:
         if matches and self.deadline is not None and self.now() > self.deadline:
             raise _TimedOutError
         driver = candidate.id.driver
-        for i, expression in enumerate(plan.class_.selectors if matches else ()):
+        for i, expression in enumerate(request.class_.selectors if matches else ()):
             try:
                 if not self.evaluate(expression, device, driver):
                     matches = False
                     break
             except Exception as exc:
+                self.memo.forget(expression)
                 raise _AbortError(
-                    f"class {plan.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
+                    f"class {request.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
                     f"CEL runtime error: {exc}"
                 ) from exc
-        for i, expression in enumerate(plan.selectors if matches else ()):
+        for i, expression in enumerate(request.selectors if matches else ()):
             try:
                 if not self.evaluate(expression, device, driver):
                     matches = False
                     break
             except Exception as exc:
+                self.memo.forget(expression)
                 raise _AbortError(
-                    f"claim {claim.claim.key}, request {plan.name}: selector #{i} {expression!r} "
+                    f"claim {claim.plan.claim.key}, request {request.name}: selector #{i} {expression!r} "
                     f"on device {candidate.id}: CEL runtime error: {exc}"
                 ) from exc
-        plan.matches[candidate] = matches
+        request.matches[candidate] = matches
         return matches
 
     # ------------------------------------------------------------ search
@@ -316,46 +454,48 @@ class _Search:
             if ci >= len(self.claims):
                 return _DONE
             claim = self.claims[ci]
-            if ri >= len(claim.requests):
+            requests = claim.plan.requests
+            if ri >= len(requests):
                 ci, ri, si, di, in_sub = ci + 1, 0, 0, 0, False
                 continue
-            alternatives = claim.requests[ri]
-            if claim.has_subs[ri] and not in_sub:
+            alternatives = requests[ri]
+            if claim.plan.has_subs[ri] and not in_sub:
                 return _Frame(_SUB, ci, ri, 0, 0, iter(range(len(alternatives))))
-            plan = alternatives[si]
-            if plan.all_mode and not plan.devices:
+            request = alternatives[si]
+            if request.all_mode and not claim.devices[request]:
                 return _FAIL
-            needed = plan.needed()
+            needed = claim.needed(request)
             if di >= needed:
                 ri, si, di, in_sub = ri + 1, 0, 0, False
                 continue
             if len(claim.results) + needed - di > RESULTS_MAX_SIZE:
                 return _FAIL
-            if plan.all_mode:
+            if request.all_mode:
                 return _Frame(_ALL, ci, ri, si, di, iter((None,)))
-            return _Frame(_EXACT, ci, ri, si, di, self._candidates(ci, plan))
+            return _Frame(_EXACT, ci, ri, si, di, self._candidates(ci, request))
 
     def _advance(self, frame: _Frame) -> _Frame | str | None:
         """Apply the frame's next alternative; None when it has none left."""
         claim = self.claims[frame.claim]
-        in_sub = claim.has_subs[frame.request]
+        in_sub = claim.plan.has_subs[frame.request]
         if frame.kind == _SUB:
             for sub in frame.choices:
                 claim.selected[frame.request] = sub
                 return self._frame_at(frame.claim, frame.request, sub, 0, in_sub=True)
             return None
-        plan = claim.requests[frame.request][frame.sub]
+        request = claim.plan.requests[frame.request][frame.sub]
         if frame.kind == _EXACT:
             for candidate in frame.choices:
-                undo = self._take(frame.claim, plan, candidate, must=False)
+                undo = self._take(frame.claim, request, candidate, must=False)
                 if undo is not None:
                     frame.undo = undo
                     return self._frame_at(frame.claim, frame.request, frame.sub, frame.device + 1, in_sub=in_sub)
             return None
+        devices = claim.devices[request]
         for _ in frame.choices:
             undos: list[Callable[[], None]] = []
-            for candidate in plan.devices[frame.device :]:
-                undo = self._take(frame.claim, plan, candidate, must=True)
+            for candidate in devices[frame.device :]:
+                undo = self._take(frame.claim, request, candidate, must=True)
                 if undo is None:
                     for taken in reversed(undos):
                         taken()
@@ -367,29 +507,36 @@ class _Search:
                     taken()
 
             frame.undo = undo_all
-            return self._frame_at(frame.claim, frame.request, frame.sub, len(plan.devices), in_sub=in_sub)
+            return self._frame_at(frame.claim, frame.request, frame.sub, len(devices), in_sub=in_sub)
         return None
 
-    def _candidates(self, ci: int, plan: _Plan) -> Iterator[Candidate]:
+    def _candidates(self, ci: int, request: _Request) -> Iterator[Candidate]:
         """Devices for one slot of an ExactCount request, checked lazily against the search's state."""
         claim = self.claims[ci]
+        picked_by = self.picked
+        in_use = self.in_use
+        matches = request.matches
+        admin = request.admin
         for visible in self.pools:
             if visible.invalid:
                 raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
             for candidate in visible.candidates:
-                picked = self.picked.get(candidate.id)
-                if plan.admin:
+                picked = picked_by.get(candidate)
+                if admin:
                     if picked and ci in picked:
                         continue
-                elif picked or candidate.id in self.in_use:
+                elif picked or candidate.id in in_use:
                     continue
-                if self._selectable(claim, plan, candidate):
+                selectable = matches.get(candidate)
+                if selectable is None:
+                    selectable = self._selectable(claim, request, candidate)
+                if selectable:
                     yield candidate
 
-    def _take(self, ci: int, plan: _Plan, candidate: Candidate, *, must: bool) -> Callable[[], None] | None:
-        """Pick a device for the plan if it is free and the claim's constraints allow; returns the undo."""
-        picked = self.picked.get(candidate.id)
-        if plan.admin:
+    def _take(self, ci: int, request: _Request, candidate: Candidate, *, must: bool) -> Callable[[], None] | None:
+        """Pick a device for the request if it is free and the claim's constraints allow; returns the undo."""
+        picked = self.picked.get(candidate)
+        if request.admin:
             if picked and ci in picked:
                 return None
         elif picked or candidate.id in self.in_use:
@@ -397,69 +544,113 @@ class _Search:
         if candidate.device.consumes_counters:
             return None
         claim = self.claims[ci]
-        for i, constraint in enumerate(plan.constraints):
+        constraints = [claim.trackers[i] for i in request.constraints] if request.constraints else []
+        for i, constraint in enumerate(constraints):
             if not constraint.add(candidate.device):
                 if must:
                     raise _AbortError(
-                        f"claim {claim.claim.key}, request {plan.name}: cannot add device {candidate.id} "
+                        f"claim {claim.plan.claim.key}, request {request.name}: cannot add device {candidate.id} "
                         "because a claim constraint would not be satisfied"
                     )
-                for added in plan.constraints[:i]:
+                for added in constraints[:i]:
                     added.remove()
                 return None
-        self.picked.setdefault(candidate.id, []).append(ci)
-        claim.results.append((plan, candidate))
+        if picked is None:
+            self.picked[candidate] = [ci]
+        else:
+            picked.append(ci)
+        claim.results.append((request, candidate))
 
         def undo() -> None:
-            for constraint in plan.constraints:
+            for constraint in constraints:
                 constraint.remove()
-            claims = self.picked[candidate.id]
+            claims = self.picked[candidate]
             claims.pop()
             if not claims:
-                del self.picked[candidate.id]
+                del self.picked[candidate]
             claim.results.pop()
 
         return undo
 
 
-def _allocation(claim: _ClaimPlan) -> Allocation:
-    chosen: list[ChosenRequest] = []
-    for index, alternatives in enumerate(claim.requests):
-        plan = alternatives[claim.selected[index] if claim.has_subs[index] else 0]
-        chosen.append(ChosenRequest(plan.base, plan.name, claim.has_subs[index], plan.class_))
-    picks = [Pick(plan.name, plan.admin, candidate) for plan, candidate in claim.results]
-    return build_allocation(claim.claim, chosen, picks)
+# ---------------------------------------------------------------- results, built when read
+
+
+class _Solution:
+    """One claim's solution: which sub-request each request chose and the devices, in pick order."""
+
+    __slots__ = ("plan", "results", "selected")
+
+    def __init__(self, claim: _ClaimSearch) -> None:
+        self.plan = claim.plan
+        self.selected = tuple(claim.selected)
+        self.results = tuple(claim.results)
+
+    def allocation(self) -> Allocation:
+        plan = self.plan
+        chosen: list[ChosenRequest] = []
+        for index, alternatives in enumerate(plan.requests):
+            request = alternatives[self.selected[index] if plan.has_subs[index] else 0]
+            chosen.append(ChosenRequest(request.base, request.name, plan.has_subs[index], request.class_))
+        picks = [Pick(request.name, request.admin, candidate) for request, candidate in self.results]
+        return build_allocation(plan.claim, chosen, picks)
+
+
+class _Allocations(Mapping[str, Allocation]):
+    """Claim uid -> allocation, built on first read.
+
+    Filter finds a solution on every feasible node but Reserve reads only the chosen one, so
+    building ``status.allocation`` (dicts, configs, node selectors) for the others is waste.
+    """
+
+    __slots__ = ("_built", "_solutions")
+
+    def __init__(self, solutions: list[_Solution]) -> None:
+        self._solutions = solutions
+        self._built: dict[str, Allocation] | None = None
+
+    def _allocations(self) -> dict[str, Allocation]:
+        if self._built is None:
+            self._built = {s.plan.claim.uid: s.allocation() for s in self._solutions}
+        return self._built
+
+    def __getitem__(self, uid: str) -> Allocation:
+        return self._allocations()[uid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._allocations())
+
+    def __len__(self) -> int:
+        return len(self._solutions)
+
+    def __repr__(self) -> str:
+        return repr(self._allocations())
 
 
 # ---------------------------------------------------------------- entry point
 
 
 def allocate(
-    claims: Sequence[Claim],
+    plan: ClaimsPlan,
     *,
     node_name: str,
     node_labels: Mapping[str, str],
     inventory: Inventory,
-    classes: Mapping[str, DeviceClass],
     in_use: Container[DeviceId],
     evaluate: Evaluate,
     deadline: float | None = None,
     now: Callable[[], float] = time.monotonic,
 ) -> AllocationOutcome:
-    """Allocate devices for all of one pod's unallocated claims together, on one node.
+    """Allocate devices for all of one pod's unallocated claims (see :func:`plan_claims`) together, on one node.
 
     ``in_use`` holds the devices other claims hold (allocated or in flight, adminAccess results
-    excluded); ``deadline`` is a time on ``now``'s clock. Nothing is mutated: the caller records
-    the chosen allocations as in flight.
+    excluded); ``deadline`` is a time on ``now``'s clock.
+    Nothing the caller passed is mutated, except that the plan remembers selector results for
+    the next node: the caller records the chosen allocations as in flight.
     """
-    for claim in claims:
-        if claim.allocation is not None:
-            raise ValueError(f"claim {claim.key} is already allocated")
-    if len({c.uid for c in claims}) != len(claims):
-        raise ValueError("the same claim is passed twice")
     try:
         pools = inventory.visible_pools(node_name, node_labels)
-        search = _Search(claims, pools, classes, in_use, evaluate, deadline, now)
+        search = _Search(plan, pools, in_use, evaluate, deadline, now)
         found = search.run()
     except _TimedOutError:
         return AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
@@ -470,4 +661,4 @@ def allocate(
         return AllocationOutcome(ok=False, reason=str(exc), error=str(exc))
     if not found:
         return AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
-    return AllocationOutcome(ok=True, allocations={c.claim.uid: _allocation(c) for c in search.claims})
+    return AllocationOutcome(ok=True, allocations=_Allocations([_Solution(c) for c in search.claims]))

@@ -17,7 +17,7 @@ kube-scheduler releases do, so a pool spread over many nodes is not
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from usher.core.dra.model import Device, DeviceId, Slice
@@ -89,9 +89,13 @@ def _device_reachable(device: Device, node_name: str, node_labels: Mapping[str, 
 
 
 class Inventory:
-    """Every pool's current slices, indexed by how nodes reach them. Immutable once built."""
+    """Every pool's current slices, indexed by how nodes reach them. Its contents never change once built.
 
-    __slots__ = ("_all_nodes", "_by_node", "_by_selector", "_per_device", "pools")
+    When no slice reaches nodes by selector or per device, what a node sees depends on its
+    name only, so each node's answer is kept: Filter asks for every node in every cycle.
+    """
+
+    __slots__ = ("_all_nodes", "_by_node", "_by_selector", "_per_device", "_seen_by_name", "pools")
 
     def __init__(self) -> None:
         self.pools: tuple[Pool, ...] = ()
@@ -99,6 +103,7 @@ class Inventory:
         self._all_nodes: list[_SliceEntry] = []
         self._by_selector: list[_SliceEntry] = []
         self._per_device: list[_SliceEntry] = []
+        self._seen_by_name: dict[str, tuple[VisiblePool, ...]] = {}
 
     @classmethod
     def build(cls, slices: Iterable[Slice]) -> Inventory:
@@ -132,11 +137,19 @@ class Inventory:
         inventory.pools = tuple(pools)
         return inventory
 
-    def visible_pools(self, node_name: str, node_labels: Mapping[str, str]) -> list[VisiblePool]:
+    def visible_pools(self, node_name: str, node_labels: Mapping[str, str]) -> Sequence[VisiblePool]:
         """The pools with at least one slice reachable from the node, ordered by (driver, pool).
 
         Raises SelectorError for a slice node selector the API would have rejected.
         """
+        if self._by_selector or self._per_device:
+            return self._gather(node_name, node_labels)
+        seen = self._seen_by_name.get(node_name)
+        if seen is None:
+            seen = self._seen_by_name[node_name] = tuple(self._gather(node_name, node_labels))
+        return seen
+
+    def _gather(self, node_name: str, node_labels: Mapping[str, str]) -> list[VisiblePool]:
         entries = list(self._by_node.get(node_name, ()))
         entries.extend(self._all_nodes)
         for entry in self._by_selector:

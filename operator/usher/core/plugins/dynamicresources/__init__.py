@@ -7,10 +7,12 @@
 - PreFilter: claims already allocated pin the pod to their
   ``allocation.nodeSelector``; unallocated claims must not be in flight for
   another pod and their device classes must exist. The slice inventory is
-  rebuilt only when a slice changed.
+  rebuilt only when a slice changed. The claims are planned here, once for
+  every node (nothing in a plan depends on the node).
 - Filter: allocate all unallocated claims of the pod together on the node
   (structured parameters, see core/dra/allocator.py), devices taken by any
-  claim (whoever allocated it) or in flight excluded.
+  claim (whoever allocated it) or in flight excluded. Selector results are
+  remembered per device until a slice changes (core/dra/matching.py).
 - Reserve: the chosen node's allocation is recorded in flight, so the next
   pod sees its devices taken and a pod sharing the claim waits.
 - PreBind: for each claim not yet reserved for the pod, add the
@@ -36,9 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from usher.core.dra.allocator import AllocationOutcome, Inventory, allocate
-from usher.core.dra.cel import CelError, DeviceInput, SelectorEvaluator
-from usher.core.dra.model import Claim, Device, DeviceId
+from usher.core.dra.allocator import AllocationOutcome, ClaimsPlan, Inventory, MatchMemo, allocate, plan_claims
+from usher.core.dra.matching import SelectorResults
+from usher.core.dra.model import Claim, DeviceId
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
@@ -88,7 +90,10 @@ class _CycleData:
     allocated: list[Claim]
     unallocated: list[Claim]
     inventory: Inventory
+    plan: ClaimsPlan
+    """The unallocated claims, planned for every node of the cycle."""
     in_use: frozenset[DeviceId]
+    """Devices in use when the cycle began."""
     outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
     reserved: list[str] = field(default_factory=list)
     """Claims PreBind reserved for the pod (undone by Unreserve)."""
@@ -112,15 +117,22 @@ def parse_args(args: Mapping[str, Any]) -> float:
 class DynamicResources:
     name = NAME
 
-    def __init__(self, handle: DraHandle, *, filter_timeout: float = DEFAULT_FILTER_TIMEOUT) -> None:
+    def __init__(
+        self,
+        handle: DraHandle,
+        *,
+        filter_timeout: float = DEFAULT_FILTER_TIMEOUT,
+        selectors: SelectorResults | None = None,
+    ) -> None:
         self._dra = handle.dra
         self._writer = handle.claims
-        self._cel = SelectorEvaluator()
         self._filter_timeout = filter_timeout
         self._inventory: Inventory | None = None
         self._inventory_version = -1
-        self._inputs: dict[int, DeviceInput] = {}
-        """CEL inputs per device of the current inventory (by identity), built once per device."""
+        self._selectors = selectors if selectors is not None else SelectorResults()
+        """Selector answers per device of the current inventory, forgotten when it is rebuilt."""
+        self._matches = MatchMemo()
+        """Devices of the current inventory each combination of class and request selectors accepts."""
 
     # ------------------------------------------------------------------ PreEnqueue
 
@@ -185,9 +197,17 @@ class DynamicResources:
             unallocated.append(claim)
         if not claims:
             return None, Status(Code.SKIP)
+        inventory = self._current_inventory()
         state.write(
             STATE_KEY,
-            _CycleData(claims, allocated, unallocated, self._current_inventory(), frozenset(self._dra.in_use())),
+            _CycleData(
+                claims,
+                allocated,
+                unallocated,
+                inventory,
+                plan_claims(unallocated, self._dra.classes, memo=self._matches),
+                frozenset(self._dra.in_use()) if unallocated else frozenset(),
+            ),
         )
         return None, SUCCESS
 
@@ -195,7 +215,8 @@ class DynamicResources:
         if self._inventory is None or self._inventory_version != self._dra.slices_version:
             self._inventory = Inventory.build(self._dra.slices.values())
             self._inventory_version = self._dra.slices_version
-            self._inputs.clear()
+            self._selectors.forget_devices()
+            self._matches.clear()
         return self._inventory
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
@@ -216,13 +237,12 @@ class DynamicResources:
             return SUCCESS
         deadline = time.monotonic() + self._filter_timeout if self._filter_timeout > 0 else None
         outcome = allocate(
-            data.unallocated,
+            data.plan,
             node_name=node.name,
             node_labels=node.labels,
             inventory=data.inventory,
-            classes=self._dra.classes,
             in_use=data.in_use,
-            evaluate=self._evaluate,
+            evaluate=self._selectors,
             deadline=deadline,
         )
         if outcome.error:
@@ -232,17 +252,6 @@ class DynamicResources:
             return unschedulable(outcome.reason)
         data.outcomes[node.name] = outcome
         return SUCCESS
-
-    def _evaluate(self, expression: str, device: Device, driver: str) -> bool:
-        device_input = self._inputs.get(id(device))
-        if device_input is None:
-            device_input = self._inputs[id(device)] = _device_input(device, driver)
-        try:
-            return self._cel.matches(expression, device_input)
-        except CelError:
-            raise
-        except Exception as exc:  # the CEL library's own failures are still the selector's fault
-            raise CelError(str(exc)) from exc
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
@@ -255,11 +264,8 @@ class DynamicResources:
             return error(f"no allocation computed for node {node}")
         for claim in data.unallocated:
             allocation = outcome.allocations[claim.uid]
-            devices = frozenset(
-                DeviceId(r["driver"], r["pool"], r["device"]) for r in allocation.results if not r.get("adminAccess")
-            )
             self._dra.add_in_flight(
-                claim_key(claim.namespace, claim.name), InFlight(pod.key, claim.uid, allocation, devices)
+                claim_key(claim.namespace, claim.name), InFlight(pod.key, claim.uid, allocation, allocation.devices())
             )
         return SUCCESS
 
@@ -411,10 +417,6 @@ def _deallocated(old: Any, new: Any) -> bool:
 
 def _uses_claims(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     return QueueingHint.QUEUE if (pod.raw.get("spec") or {}).get("resourceClaims") else QueueingHint.QUEUE_SKIP
-
-
-def _device_input(device: Device, driver: str) -> DeviceInput:
-    return DeviceInput(driver=driver, attributes=device.attributes, capacity=device.capacity)
 
 
 def new(args: Mapping[str, Any], handle: Any) -> DynamicResources:
