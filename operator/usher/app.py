@@ -107,9 +107,7 @@ async def run(options: RunOptions) -> None:
 
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # kopf must write nothing, not even Events of its own
-    settings.scanning.disabled = True  # no CRD/namespace discovery: pods and nodes only
-    settings.watching.server_timeout = 300
+    watching.configure(settings)
 
     @kopf.on.login(registry=registry)
     def login(**_: object) -> kopf.ConnectionInfo:

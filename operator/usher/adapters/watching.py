@@ -13,7 +13,7 @@ arrive through ``@kopf.on.event`` (index handlers never see them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import kopf
@@ -33,6 +33,62 @@ class WatchSink(Protocol):
         ...
 
     def mark_synced(self) -> None: ...
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """Make kopf a read-only watch layer, and drop the per-event work only state handlers need.
+
+    usher registers only index and event handlers (see `register`): kopf then never
+    writes to the watched objects, and its diff-base and progress storages are never
+    written either. kopf still builds a diff-base essence and clears it of progress
+    fields on every event (two deep copies of the whole object, the largest share of
+    its per-event cost), so both storages are replaced by ones that keep nothing.
+    """
+    settings.posting.enabled = False  # kopf must write nothing, not even Events of its own
+    settings.scanning.disabled = True  # no CRD/namespace discovery: the kinds are fixed
+    settings.watching.server_timeout = 300
+    settings.persistence.diffbase_storage = _NoDiffBase()
+    settings.persistence.progress_storage = _NoProgress()
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """A diff base for operators without state handlers (on.create/update/delete/resume).
+
+    Only those handlers read the diff or store the base; for the others kopf computes
+    it and throws it away. An empty essence makes that computation free.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
+
+
+class _NoProgress(kopf.ProgressStorage):
+    """Handler progress for operators whose handlers are never retried across events.
+
+    Index and event handlers keep no progress in the object; kopf only asks this
+    storage to clear progress fields from the diff-base essence, which it copies deeply.
+    """
+
+    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        return None
+
+    def store(self, *, key: kopf.HandlerId, record: kopf.ProgressRecord, body: kopf.Body, patch: kopf.Patch) -> None:
+        pass
+
+    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
+        pass
+
+    def touch(self, *, body: kopf.Body, patch: kopf.Patch, value: str | None) -> None:
+        pass
+
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        return essence
 
 
 def register(registry: kopf.OperatorRegistry, sink: WatchSink) -> None:
