@@ -85,6 +85,21 @@ def test_an_assumed_pod_expires_only_after_its_binding_finished_and_the_ttl_pass
     assert cache.node("n1").requested["pods"] == 0  # type: ignore[union-attr]
 
 
+def test_expiry_ignores_pods_confirmed_or_assumed_again_since(cache: Cache) -> None:
+    confirmed, again, plain = pod(name="a"), pod(name="b"), pod(name="c")
+    for p in (confirmed, again, plain):
+        cache.assume(p, NodeName("n1"))
+        cache.finish_binding(p.key, now=100)
+    cache.add_or_update_pod(pod(name="a", node="n1"))  # the watch showed it bound
+    cache.forget(again.key)
+    cache.assume(again, NodeName("n1"))
+    cache.finish_binding(again.key, now=120)  # a second attempt: its own, later deadline
+    assert cache.cleanup_expired(now=130) == [plain.key]
+    assert cache.is_assumed(again.key) and cache.node_of(confirmed.key) == "n1"
+    assert cache.cleanup_expired(now=150) == [again.key]
+    assert cache.cleanup_expired(now=10_000) == []
+
+
 def test_a_deleted_node_keeps_counting_its_pods_until_they_go(cache: Cache) -> None:
     cache.add_or_update_pod(pod(name="a", node="n1"))
     cache.remove_node("n1")

@@ -8,8 +8,9 @@ plugin can register for exactly the change that may help the pods it rejected.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntFlag, StrEnum
 from typing import Any
 
@@ -34,11 +35,17 @@ class ActionType(IntFlag):
     @property
     def label(self) -> str:
         """kube-scheduler's spelling: ``Add``, ``Update``, ``UpdateNodeLabel`` ..."""
-        if self == ActionType.UPDATE:
-            return "Update"
-        if self == ActionType.ALL:
-            return "All"
-        return "|".join(_LABELS[bit] for bit in ActionType if bit in _LABELS and bit & self)
+        return _action_label(int(self))
+
+
+@functools.cache
+def _action_label(bits: int) -> str:
+    """Labels are asked for on every event (metrics): computed once per combination of bits."""
+    if bits == ActionType.UPDATE:
+        return "Update"
+    if bits == ActionType.ALL:
+        return "All"
+    return "|".join(_LABELS[bit] for bit in ActionType if bit in _LABELS and bit & bits)
 
 
 _LABELS = {
@@ -80,14 +87,17 @@ class ClusterEvent:
     resource: Resource
     action: ActionType
     custom_label: str = ""
+    # Derived once at construction: matching runs for every (event, registration) pair in the
+    # queue's hot paths, where enum.Flag arithmetic and property calls are measurably slow.
+    label: str = field(init=False, compare=False, repr=False)
+    is_wildcard: bool = field(init=False, compare=False, repr=False)
+    _bits: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def label(self) -> str:
-        return self.custom_label or f"{self.resource.value}{self.action.label}"
-
-    @property
-    def is_wildcard(self) -> bool:
-        return self.resource is Resource.WILDCARD and self.action == ActionType.ALL
+    def __post_init__(self) -> None:
+        bits = int(self.action)
+        object.__setattr__(self, "_bits", bits)
+        object.__setattr__(self, "label", self.custom_label or f"{self.resource.value}{_action_label(bits)}")
+        object.__setattr__(self, "is_wildcard", self.resource is Resource.WILDCARD and bits == ActionType.ALL)
 
     def matches(self, incoming: ClusterEvent) -> bool:
         """Does this registered event cover ``incoming``?
@@ -100,10 +110,11 @@ class ClusterEvent:
             return True
         if incoming.is_wildcard:
             return False
+        theirs = incoming._bits
         return (
-            self.resource.matches(incoming.resource)
-            and bool(self.action & incoming.action)
-            and int(incoming.action) <= int(self.action)
+            (self.resource is incoming.resource or self.resource.matches(incoming.resource))
+            and (self._bits & theirs) != 0
+            and theirs <= self._bits
         )
 
 

@@ -15,6 +15,7 @@ a placeholder NodeInfo so it is counted once the node appears.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,9 @@ class Cache:
         self._pod_nodes: dict[PodKey, NodeName] = {}
         self._assumed: dict[PodKey, _Assumed] = {}
         self._assumed_ttl = assumed_ttl
+        self._deadlines: deque[tuple[float, PodKey]] = deque()
+        """(deadline, pod) in the order bindings finished: with one TTL, deadlines only grow, so
+        expiry looks at the head instead of every assumed pod on every pass of the loop."""
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._node_list: NodeList | None = None
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
@@ -163,6 +167,7 @@ class Cache:
         assumed = self._assumed.get(key)
         if assumed is not None:
             assumed.deadline = now + self._assumed_ttl
+            self._deadlines.append((assumed.deadline, key))
 
     def forget(self, key: PodKey) -> None:
         if key in self._assumed:
@@ -172,9 +177,15 @@ class Cache:
         return key in self._assumed
 
     def cleanup_expired(self, now: float) -> list[PodKey]:
-        expired = [k for k, a in self._assumed.items() if a.deadline is not None and a.deadline <= now]
-        for key in expired:
-            self.remove_pod(key)
+        expired: list[PodKey] = []
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            deadline, key = deadlines.popleft()
+            assumed = self._assumed.get(key)
+            # Skip entries of pods confirmed, forgotten, or assumed again since (a newer deadline).
+            if assumed is not None and assumed.deadline == deadline:
+                expired.append(key)
+                self.remove_pod(key)
         return expired
 
     # -- reading -------------------------------------------------------------
