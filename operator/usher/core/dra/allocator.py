@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
 
 from usher.core.dra.model import (
     ALL,
@@ -76,10 +76,15 @@ Evaluate = Callable[[str, Device, str], bool]
 """``evaluate(expression, device, driver)``: a CEL selector's result; raises for a CEL error."""
 
 
-@dataclass(frozen=True, slots=True)
-class AllocationOutcome:
+class AllocationOutcome(NamedTuple):
+    """What :func:`allocate` found on one node.
+
+    A named tuple rather than a frozen dataclass: Filter makes one per feasible node, and a
+    tuple is built in C (a frozen dataclass sets each field through ``object.__setattr__``).
+    """
+
     ok: bool
-    allocations: Mapping[str, Allocation] = field(default_factory=dict)
+    allocations: Mapping[str, Allocation] = MappingProxyType({})
     """Claim uid -> allocation, for every claim, when ok."""
     reason: str = ""
     """Why not: REASON_CANNOT_ALLOCATE, REASON_TIMED_OUT, or the error text."""
@@ -170,7 +175,7 @@ class MatchMemo:
     def make_room(self) -> None:
         """Forget everything if over the limit; only between plans, so a plan in use stays reachable by forget()."""
         if len(self._by_selectors) >= self._max:
-            self._by_selectors.clear()
+            self.clear()
 
 
 class _Request:
@@ -181,7 +186,19 @@ class _Request:
     (and, with a :class:`MatchMemo`, of later cycles).
     """
 
-    __slots__ = ("admin", "all_mode", "base", "class_", "constraints", "count", "matches", "name", "selectors", "sub")
+    __slots__ = (
+        "admin",
+        "all_mode",
+        "base",
+        "class_",
+        "constraints",
+        "count",
+        "matches",
+        "name",
+        "plain",
+        "selectors",
+        "sub",
+    )
 
     def __init__(
         self,
@@ -203,6 +220,8 @@ class _Request:
         self.constraints = tuple(i for i, c in enumerate(constraints) if _constraint_applies(c, base, sub))
         """Indices of the claim constraints that apply to this request."""
         self.matches = memo.answers(class_.selectors, spec.selectors)
+        self.plain = not self.all_mode and not self.admin and not self.constraints
+        """ExactCount, no adminAccess, no constraint: any free matching device will do."""
 
 
 class _ClaimPlan:
@@ -213,7 +232,18 @@ class _ClaimPlan:
     so a node-dependent error met earlier in the walk still wins, as in kube.
     """
 
-    __slots__ = ("claim", "error", "fixed", "has_all", "has_subs", "minimum", "partial", "requests")
+    __slots__ = (
+        "claim",
+        "error",
+        "fixed",
+        "has_all",
+        "has_subs",
+        "minimum",
+        "partial",
+        "plain",
+        "requests",
+        "unselected",
+    )
 
     def __init__(self, claim: Claim, classes: Mapping[str, DeviceClass], memo: MatchMemo) -> None:
         self.claim = claim
@@ -247,16 +277,26 @@ class _ClaimPlan:
         """Devices the claim needs at least, when it has no All request (else counted per node)."""
         self.fixed = not self.has_all and not self.error
         """Whether nodes can skip the planning walk: nothing in it depends on the node."""
+        self.plain = (
+            self.fixed
+            and self.minimum <= RESULTS_MAX_SIZE
+            and not any(self.has_subs)
+            and all(alternatives[0].plain for alternatives in self.requests)
+        )
+        """Only plain requests without alternatives: the search's first descent needs no stack."""
+        self.unselected = (0,) * len(self.requests)
 
 
 class ClaimsPlan:
     """All of a pod's unallocated claims, planned once for every node of a scheduling cycle."""
 
-    __slots__ = ("claims", "memo")
+    __slots__ = ("claims", "memo", "plain")
 
     def __init__(self, claims: tuple[_ClaimPlan, ...], memo: MatchMemo) -> None:
         self.claims = claims
         self.memo = memo
+        self.plain = bool(claims) and all(claim.plain for claim in claims)
+        """There are claims, and every one is plain (see :func:`_descend`)."""
 
 
 def plan_claims(
@@ -291,7 +331,7 @@ class _ClaimSearch:
 
     def __init__(self, plan: _ClaimPlan) -> None:
         self.plan = plan
-        self.trackers = list(map(_MatchAttribute, plan.claim.constraints))
+        self.trackers = [_MatchAttribute(c) for c in plan.claim.constraints] if plan.claim.constraints else []
         self.selected = [0] * len(plan.requests)
         self.results: list[tuple[_Request, Candidate]] = []
         self.devices: dict[_Request, list[Candidate]] = {}
@@ -305,9 +345,9 @@ _SUB, _EXACT, _ALL = 0, 1, 2
 
 
 class _Frame:
-    """A decision point of the search and the alternatives it has left."""
+    """A decision point of the search, the alternatives it has left and what its current one took."""
 
-    __slots__ = ("choices", "claim", "device", "kind", "request", "sub", "undo")
+    __slots__ = ("choices", "claim", "device", "kind", "request", "sub", "taken")
 
     def __init__(self, kind: int, claim: int, request: int, sub: int, device: int, choices: Iterator[Any]) -> None:
         self.kind = kind
@@ -316,11 +356,109 @@ class _Frame:
         self.sub = sub
         self.device = device
         self.choices = choices
-        self.undo: Callable[[], None] | None = None
+        self.taken: list[Candidate] = []
+        """The devices the current alternative took, given back before the next one is tried."""
 
 
 _DONE: Final = "done"
 _FAIL: Final = "fail"
+
+
+class _Judge:
+    """Runs a request's selectors on a device the request has no answer for yet."""
+
+    __slots__ = ("deadline", "evaluate", "memo", "now")
+
+    def __init__(self, evaluate: Evaluate, memo: MatchMemo, deadline: float | None, now: Callable[[], float]) -> None:
+        self.evaluate = evaluate
+        self.memo = memo
+        self.deadline = deadline
+        self.now = now
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and self.now() > self.deadline:
+            raise _TimedOutError
+
+    def selectable(self, claim: _ClaimPlan, request: _Request, candidate: Candidate) -> bool:
+        """Class selectors, then request selectors (cached per device for the request, as kube does)."""
+        cached = request.matches.get(candidate)
+        if cached is not None:
+            return cached
+        device = candidate.device
+        matches = not device.has_binding_conditions
+        if matches:
+            self.check_deadline()
+        driver = candidate.id.driver
+        for i, expression in enumerate(request.class_.selectors if matches else ()):
+            try:
+                if not self.evaluate(expression, device, driver):
+                    matches = False
+                    break
+            except Exception as exc:
+                self.memo.forget(expression)
+                raise _AbortError(
+                    f"class {request.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
+                    f"CEL runtime error: {exc}"
+                ) from exc
+        for i, expression in enumerate(request.selectors if matches else ()):
+            try:
+                if not self.evaluate(expression, device, driver):
+                    matches = False
+                    break
+            except Exception as exc:
+                self.memo.forget(expression)
+                raise _AbortError(
+                    f"claim {claim.claim.key}, request {request.name}: selector #{i} {expression!r} "
+                    f"on device {candidate.id}: CEL runtime error: {exc}"
+                ) from exc
+        request.matches[candidate] = matches
+        return matches
+
+
+def _descend(
+    plan: ClaimsPlan, pools: Sequence[VisiblePool], in_use: Container[DeviceId], judge: _Judge
+) -> list[_Solution] | bool:
+    """The depth-first search's first descent, for plain plans: each slot takes the first free device.
+
+    Without alternatives or constraints every slot's first choice is the first free matching
+    device in pool order, so the descent needs no frames and no search state: it walks the
+    devices as :class:`_Search` would, in the same order (the same selectors run, the same errors
+    are met). The solutions when every slot got a device (the search's first solution), False
+    when the first slot got none (the search finds none either), True when a later slot got
+    none: the search must backtrack (the answers stay, so nothing is evaluated twice).
+    """
+    picked: set[Candidate] = set()
+    solutions: list[_Solution] = []
+    deadline = judge.deadline
+    now = judge.now
+    for claim in plan.claims:
+        results: list[tuple[_Request, Candidate]] = []
+        for (request,) in claim.requests:
+            matches = request.matches
+            for _ in range(request.count):
+                if deadline is not None and now() > deadline:
+                    raise _TimedOutError
+                found = None
+                for visible in pools:
+                    if visible.invalid:
+                        raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                    for candidate in visible.candidates:
+                        if candidate in picked or candidate.id in in_use:
+                            continue
+                        selectable = matches.get(candidate)
+                        if selectable is None:
+                            selectable = judge.selectable(claim, request, candidate)
+                        if selectable and not candidate.device.consumes_counters:
+                            found = candidate
+                            break
+                    if found is not None:
+                        break
+                else:
+                    return bool(picked)
+                picked.add(found)
+                results.append((request, found))
+        solutions.append(_Solution(claim, claim.unselected, tuple(results)))
+    return solutions
 
 
 class _Search:
@@ -329,16 +467,11 @@ class _Search:
         plan: ClaimsPlan,
         pools: Sequence[VisiblePool],
         in_use: Container[DeviceId],
-        evaluate: Evaluate,
-        deadline: float | None,
-        now: Callable[[], float],
+        judge: _Judge,
     ) -> None:
         self.pools = pools
         self.in_use = in_use
-        self.evaluate = evaluate
-        self.deadline = deadline
-        self.now = now
-        self.memo = plan.memo
+        self.judge = judge
         self.picked: dict[Candidate, list[int]] = {}
         """Devices picked so far in this search -> the claims (indices) they were picked for.
 
@@ -384,45 +517,8 @@ class _Search:
                     f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
                     f"but resource pool {visible.pool} is currently invalid"
                 )
-            devices.extend(c for c in visible.candidates if self._selectable(claim, request, c))
+            devices.extend(c for c in visible.candidates if self.judge.selectable(claim.plan, request, c))
         return devices
-
-    # ------------------------------------------------------------ selectors
-
-    def _selectable(self, claim: _ClaimSearch, request: _Request, candidate: Candidate) -> bool:
-        """Class selectors, then request selectors (cached per device for the request, as kube does)."""
-        cached = request.matches.get(candidate)
-        if cached is not None:
-            return cached
-        device = candidate.device
-        matches = not device.has_binding_conditions
-        if matches and self.deadline is not None and self.now() > self.deadline:
-            raise _TimedOutError
-        driver = candidate.id.driver
-        for i, expression in enumerate(request.class_.selectors if matches else ()):
-            try:
-                if not self.evaluate(expression, device, driver):
-                    matches = False
-                    break
-            except Exception as exc:
-                self.memo.forget(expression)
-                raise _AbortError(
-                    f"class {request.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
-                    f"CEL runtime error: {exc}"
-                ) from exc
-        for i, expression in enumerate(request.selectors if matches else ()):
-            try:
-                if not self.evaluate(expression, device, driver):
-                    matches = False
-                    break
-            except Exception as exc:
-                self.memo.forget(expression)
-                raise _AbortError(
-                    f"claim {claim.plan.claim.key}, request {request.name}: selector #{i} {expression!r} "
-                    f"on device {candidate.id}: CEL runtime error: {exc}"
-                ) from exc
-        request.matches[candidate] = matches
-        return matches
 
     # ------------------------------------------------------------ search
 
@@ -432,12 +528,10 @@ class _Search:
             return first is _DONE
         stack = [first]
         while stack:
-            if self.deadline is not None and self.now() > self.deadline:
-                raise _TimedOutError
+            self.judge.check_deadline()
             frame = stack[-1]
-            if frame.undo is not None:
-                frame.undo()
-                frame.undo = None
+            if frame.taken:
+                self._give_back(frame)
             child = self._advance(frame)
             if child is None:
                 stack.pop()
@@ -445,7 +539,7 @@ class _Search:
                 return True
             elif isinstance(child, _Frame):
                 stack.append(child)
-            # _FAIL: the next round undoes the frame's choice and tries its next one.
+            # _FAIL: the next round gives back the frame's devices and tries its next choice.
         return False
 
     def _frame_at(self, ci: int, ri: int, si: int, di: int, *, in_sub: bool) -> _Frame | str:
@@ -486,32 +580,28 @@ class _Search:
         request = claim.plan.requests[frame.request][frame.sub]
         if frame.kind == _EXACT:
             for candidate in frame.choices:
-                undo = self._take(frame.claim, request, candidate, must=False)
-                if undo is not None:
-                    frame.undo = undo
+                if self._take(claim, frame.claim, request, candidate, must=False):
+                    frame.taken.append(candidate)
                     return self._frame_at(frame.claim, frame.request, frame.sub, frame.device + 1, in_sub=in_sub)
             return None
         devices = claim.devices[request]
         for _ in frame.choices:
-            undos: list[Callable[[], None]] = []
             for candidate in devices[frame.device :]:
-                undo = self._take(frame.claim, request, candidate, must=True)
-                if undo is None:
-                    for taken in reversed(undos):
-                        taken()
+                if not self._usable(frame.claim, request, candidate) or not self._take(
+                    claim, frame.claim, request, candidate, must=True
+                ):
+                    self._give_back(frame)
                     return None
-                undos.append(undo)
-
-            def undo_all(undos: list[Callable[[], None]] = undos) -> None:
-                for taken in reversed(undos):
-                    taken()
-
-            frame.undo = undo_all
+                frame.taken.append(candidate)
             return self._frame_at(frame.claim, frame.request, frame.sub, len(devices), in_sub=in_sub)
         return None
 
     def _candidates(self, ci: int, request: _Request) -> Iterator[Candidate]:
-        """Devices for one slot of an ExactCount request, checked lazily against the search's state."""
+        """Free devices for one slot of an ExactCount request, checked lazily against the search's state.
+
+        Each is checked just before it is yielded, and the search takes or skips it before asking
+        for the next, so what is yielded is free (``_take`` only checks the constraints).
+        """
         claim = self.claims[ci]
         picked_by = self.picked
         in_use = self.in_use
@@ -529,48 +619,56 @@ class _Search:
                     continue
                 selectable = matches.get(candidate)
                 if selectable is None:
-                    selectable = self._selectable(claim, request, candidate)
-                if selectable:
+                    selectable = self.judge.selectable(claim.plan, request, candidate)
+                if selectable and not candidate.device.consumes_counters:
                     yield candidate
 
-    def _take(self, ci: int, request: _Request, candidate: Candidate, *, must: bool) -> Callable[[], None] | None:
-        """Pick a device for the request if it is free and the claim's constraints allow; returns the undo."""
+    def _usable(self, ci: int, request: _Request, candidate: Candidate) -> bool:
+        """Whether an All request's device is free for it (ExactCount's are checked as they are found)."""
         picked = self.picked.get(candidate)
         if request.admin:
             if picked and ci in picked:
-                return None
+                return False
         elif picked or candidate.id in self.in_use:
-            return None
-        if candidate.device.consumes_counters:
-            return None
-        claim = self.claims[ci]
-        constraints = [claim.trackers[i] for i in request.constraints] if request.constraints else []
-        for i, constraint in enumerate(constraints):
-            if not constraint.add(candidate.device):
-                if must:
-                    raise _AbortError(
-                        f"claim {claim.plan.claim.key}, request {request.name}: cannot add device {candidate.id} "
-                        "because a claim constraint would not be satisfied"
-                    )
-                for added in constraints[:i]:
-                    added.remove()
-                return None
+            return False
+        return not candidate.device.consumes_counters
+
+    def _take(self, claim: _ClaimSearch, ci: int, request: _Request, candidate: Candidate, *, must: bool) -> bool:
+        """Pick a free device for the request if the claim's constraints allow; undone by :meth:`_give_back`."""
+        if request.constraints:
+            trackers = claim.trackers
+            for n, i in enumerate(request.constraints):
+                if not trackers[i].add(candidate.device):
+                    if must:
+                        raise _AbortError(
+                            f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
+                            f"{candidate.id} because a claim constraint would not be satisfied"
+                        )
+                    for added in request.constraints[:n]:
+                        trackers[added].remove()
+                    return False
+        picked = self.picked.get(candidate)
         if picked is None:
             self.picked[candidate] = [ci]
         else:
             picked.append(ci)
         claim.results.append((request, candidate))
+        return True
 
-        def undo() -> None:
-            for constraint in constraints:
-                constraint.remove()
+    def _give_back(self, frame: _Frame) -> None:
+        """Undo what the frame's current alternative took, newest first."""
+        claim = self.claims[frame.claim]
+        request = claim.plan.requests[frame.request][frame.sub]
+        taken = frame.taken
+        while taken:
+            candidate = taken.pop()
+            for i in request.constraints:
+                claim.trackers[i].remove()
             claims = self.picked[candidate]
             claims.pop()
             if not claims:
                 del self.picked[candidate]
             claim.results.pop()
-
-        return undo
 
 
 # ---------------------------------------------------------------- results, built when read
@@ -581,10 +679,12 @@ class _Solution:
 
     __slots__ = ("plan", "results", "selected")
 
-    def __init__(self, claim: _ClaimSearch) -> None:
-        self.plan = claim.plan
-        self.selected = tuple(claim.selected)
-        self.results = tuple(claim.results)
+    def __init__(
+        self, plan: _ClaimPlan, selected: tuple[int, ...], results: tuple[tuple[_Request, Candidate], ...]
+    ) -> None:
+        self.plan = plan
+        self.selected = selected
+        self.results = results
 
     def allocation(self) -> Allocation:
         plan = self.plan
@@ -630,6 +730,10 @@ class _Allocations(Mapping[str, Allocation]):
 # ---------------------------------------------------------------- entry point
 
 
+_NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
+_NO_TIME: Final = AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
+
+
 def allocate(
     plan: ClaimsPlan,
     *,
@@ -650,15 +754,25 @@ def allocate(
     """
     try:
         pools = inventory.visible_pools(node_name, node_labels)
-        search = _Search(plan, pools, in_use, evaluate, deadline, now)
+        judge = _Judge(evaluate, plan.memo, deadline, now)
+        if plan.plain:
+            descent = _descend(plan, pools, in_use, judge)
+            if descent is False:
+                return _NO_SOLUTION
+            if descent is not True:
+                return AllocationOutcome(ok=True, allocations=_Allocations(descent))
+        search = _Search(plan, pools, in_use, judge)
         found = search.run()
     except _TimedOutError:
-        return AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
+        return _NO_TIME
     except SelectorError as exc:
         message = f"failed to perform node selection: {exc}"
         return AllocationOutcome(ok=False, reason=message, error=message)
     except _AbortError as exc:
         return AllocationOutcome(ok=False, reason=str(exc), error=str(exc))
     if not found:
-        return AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
-    return AllocationOutcome(ok=True, allocations=_Allocations([_Solution(c) for c in search.claims]))
+        return _NO_SOLUTION
+    return AllocationOutcome(
+        ok=True,
+        allocations=_Allocations([_Solution(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims]),
+    )
