@@ -107,7 +107,13 @@ def _plugins(fw: Framework) -> tuple[list[BatchFilterPlugin], list[BatchScorePlu
 
 def test_the_default_profile_filters_and_scores_in_batches() -> None:
     filters, scorers = _plugins(framework())
-    assert {p.name for p in filters} >= {"NodeUnschedulable", "NodeName", "TaintToleration", "NodeResourcesFit"}
+    assert {p.name for p in filters} >= {
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeResourcesFit",
+        "DynamicResources",  # with claims: tests/unit/dra/test_batch_filter.py
+    }
     assert {p.name for p in scorers} >= {"TaintToleration", "NodeResourcesFit", "NodeResourcesBalancedAllocation"}
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "MatchMemo",
     "allocate",
     "plan_claims",
+    "surely_unsatisfiable",
 ]
 
 REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"
@@ -145,14 +146,18 @@ class MatchMemo:
     clears the memo when it builds a new inventory. Beyond ``max_combinations`` combinations,
     all are forgotten when the next pod is planned; each holds at most one answer per device.
 
+    Beside the answers, each combination keeps how many of a pool's devices it accepts that are
+    free (see :func:`surely_unsatisfiable`), per pool and in-use version of the pool.
+
     A selector that fails (a CEL error, or one refused after running over its CPU limit) takes
     the answers that relied on it along: it must fail again wherever it would be evaluated.
     """
 
-    __slots__ = ("_by_selectors", "_max")
+    __slots__ = ("_by_selectors", "_free", "_max")
 
     def __init__(self, *, max_combinations: int = 64) -> None:
         self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
+        self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[Candidate, ...], tuple[int, int]]] = {}
         self._max = max(1, max_combinations)
 
     def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
@@ -163,14 +168,31 @@ class MatchMemo:
             found = self._by_selectors[key] = {}
         return found
 
+    def free_counts(
+        self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
+    ) -> dict[tuple[Candidate, ...], tuple[int, int]]:
+        """A pool's devices (as a node sees them) -> (in-use version, free devices the combination accepts).
+
+        Only counts that all the answers they need were known for; forgotten with the answers.
+        """
+        key = (class_selectors, request_selectors)
+        found = self._free.get(key)
+        if found is None:
+            found = self._free[key] = {}
+        return found
+
     def forget(self, expression: str) -> None:
         """Drop every answer that relied on ``expression``, also from plans already made."""
         for (class_selectors, request_selectors), answers in self._by_selectors.items():
             if expression in class_selectors or expression in request_selectors:
                 answers.clear()
+        for (class_selectors, request_selectors), counts in self._free.items():
+            if expression in class_selectors or expression in request_selectors:
+                counts.clear()
 
     def clear(self) -> None:
         self._by_selectors.clear()
+        self._free.clear()
 
     def make_room(self) -> None:
         """Forget everything if over the limit; only between plans, so a plan in use stays reachable by forget()."""
@@ -290,13 +312,42 @@ class _ClaimPlan:
 class ClaimsPlan:
     """All of a pod's unallocated claims, planned once for every node of a scheduling cycle."""
 
-    __slots__ = ("claims", "memo", "plain")
+    __slots__ = ("checkable", "claims", "demands", "memo", "plain")
 
     def __init__(self, claims: tuple[_ClaimPlan, ...], memo: MatchMemo) -> None:
         self.claims = claims
         self.memo = memo
         self.plain = bool(claims) and all(claim.plain for claim in claims)
         """There are claims, and every one is plain (see :func:`_descend`)."""
+        requests = [r for claim in claims for alternatives in claim.requests for r in alternatives]
+        self.checkable = (
+            bool(claims)
+            and all(claim.fixed and claim.minimum <= RESULTS_MAX_SIZE for claim in claims)
+            and not any(r.admin for r in requests)
+        )
+        """Whether a node can fail only for want of devices: see :func:`surely_unsatisfiable`."""
+        demands: dict[int, _Demand] = {}
+        for request in requests:
+            demand = demands.get(id(request.matches))
+            if demand is None:
+                demand = demands[id(request.matches)] = _Demand(request, memo)
+        for claim in claims:
+            for alternatives, has_subs in zip(claim.requests, claim.has_subs, strict=True):
+                if not has_subs:
+                    demands[id(alternatives[0].matches)].count += alternatives[0].count
+        self.demands = tuple(demands.values())
+        """Per combination of selectors: the devices that ExactCount requests without alternatives need."""
+
+
+class _Demand:
+    """How many distinct devices some requests need, all accepted by one combination of selectors."""
+
+    __slots__ = ("count", "free", "matches")
+
+    def __init__(self, request: _Request, memo: MatchMemo) -> None:
+        self.matches = request.matches
+        self.free = memo.free_counts(request.class_.selectors, request.selectors)
+        self.count = 0
 
 
 def plan_claims(
@@ -727,7 +778,64 @@ class _Allocations(Mapping[str, Allocation]):
         return repr(self._allocations())
 
 
-# ---------------------------------------------------------------- entry point
+# ---------------------------------------------------------------- entry points
+
+
+def surely_unsatisfiable(
+    plan: ClaimsPlan,
+    pools: Sequence[VisiblePool],
+    in_use: Container[DeviceId],
+    use_versions: Mapping[tuple[str, str], int],
+) -> bool:
+    """Whether :func:`allocate` would find no solution on a node that sees ``pools``, meeting no error on the way.
+
+    True only when nothing can go wrong (no error while planning, no adminAccess request, no
+    invalid pool, and every request's answer known for every free device, so no selector runs)
+    and some combination of selectors accepts fewer free devices than the ExactCount requests
+    using it need. False says nothing: search. Pure, apart from the counts it keeps in the plan's
+    memo, per pool and in-use version.
+
+    ``in_use`` must be the devices in use at the versions in ``use_versions`` ((driver, pool) ->
+    version of its last change, 0 if none), so a count made at a version holds while it lasts.
+    """
+    if not plan.checkable:
+        return False
+    for visible in pools:
+        if visible.invalid:
+            return False
+    short = False
+    for demand in plan.demands:
+        free = 0
+        for visible in pools:
+            version = use_versions.get(visible.pool.key, 0)
+            known = demand.free.get(visible.candidates)
+            if known is None or known[0] != version:
+                # Not knowing (-1) is remembered too, until the version changes: searching is always right.
+                known = demand.free[visible.candidates] = (
+                    version,
+                    _free_accepted(visible.candidates, demand.matches, in_use),
+                )
+            if known[1] < 0:
+                return False
+            free += known[1]
+        short = short or free < demand.count
+    return short
+
+
+def _free_accepted(
+    candidates: Sequence[Candidate], matches: Mapping[Candidate, bool], in_use: Container[DeviceId]
+) -> int:
+    """The free devices the selectors accept and the search could take; -1 if an answer is not known yet."""
+    count = 0
+    for candidate in candidates:
+        if candidate.id in in_use:
+            continue
+        accepted = matches.get(candidate)
+        if accepted is None:
+            return -1
+        if accepted and not candidate.device.consumes_counters:
+            count += 1
+    return count
 
 
 _NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
@@ -744,16 +852,19 @@ def allocate(
     evaluate: Evaluate,
     deadline: float | None = None,
     now: Callable[[], float] = time.monotonic,
+    pools: Sequence[VisiblePool] | None = None,
 ) -> AllocationOutcome:
     """Allocate devices for all of one pod's unallocated claims (see :func:`plan_claims`) together, on one node.
 
     ``in_use`` holds the devices other claims hold (allocated or in flight, adminAccess results
-    excluded); ``deadline`` is a time on ``now``'s clock.
+    excluded); ``deadline`` is a time on ``now``'s clock; ``pools``, if the caller has them, are
+    ``inventory.visible_pools(node_name, node_labels)``.
     Nothing the caller passed is mutated, except that the plan remembers selector results for
     the next node: the caller records the chosen allocations as in flight.
     """
     try:
-        pools = inventory.visible_pools(node_name, node_labels)
+        if pools is None:
+            pools = inventory.visible_pools(node_name, node_labels)
         judge = _Judge(evaluate, plan.memo, deadline, now)
         if plan.plain:
             descent = _descend(plan, pools, in_use, judge)

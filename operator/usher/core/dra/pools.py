@@ -42,11 +42,13 @@ class Candidate:
 class Pool:
     """All slices of one (driver, pool) at its newest generation."""
 
-    __slots__ = ("driver", "duplicates", "generation", "incomplete", "name")
+    __slots__ = ("driver", "duplicates", "generation", "incomplete", "key", "name")
 
     def __init__(self, driver: str, name: str, generation: int, *, incomplete: bool) -> None:
         self.driver = driver
         self.name = name
+        self.key = (driver, name)
+        """(driver, pool), as the in-use versions name a pool."""
         self.generation = generation
         self.incomplete = incomplete
         self.duplicates = False

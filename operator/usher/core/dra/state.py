@@ -10,12 +10,14 @@ and a second pod sharing the claim waits for them.
 Devices are taken by every claim's non-adminAccess results, whoever
 allocated it (kube-scheduler included), plus in-flight allocations; the count
 per device is kept incrementally so the in-use set costs nothing per cycle.
+Every change bumps a version, kept per pool too, so what is derived from the
+in-use devices of a pool can be kept until one of them changes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +68,10 @@ class DraState:
         self.broken: dict[str, str] = {}
         """Objects the API served that usher cannot parse: key -> why (reported on the pods they block)."""
         self._use: Counter[DeviceId] = Counter()
+        self.use_version = 0
+        """Bumped whenever a device may have been taken or freed."""
+        self.pool_use_versions: dict[tuple[str, str], int] = {}
+        """(driver, pool) -> ``use_version`` when a device of the pool was last taken or freed (absent: never)."""
 
     # ------------------------------------------------------------------ claims
 
@@ -128,12 +134,14 @@ class DraState:
         self.remove_in_flight(key)
         self.in_flight[key] = entry
         self._use.update(entry.devices)
+        self._changed(entry.devices)
 
     def remove_in_flight(self, key: str) -> InFlight | None:
         entry = self.in_flight.pop(key, None)
         if entry is not None:
             self._use.subtract(entry.devices)
             self._drop_zeros(entry.devices)
+            self._changed(entry.devices)
         return entry
 
     # ------------------------------------------------------------------ slices and classes
@@ -179,6 +187,14 @@ class DraState:
         self._use.subtract(before - after)
         self._drop_zeros(before - after)
         self._use.update(after - before)
+        self._changed(before ^ after)
+
+    def _changed(self, devices: Iterable[DeviceId]) -> None:
+        self.use_version += 1
+        version = self.use_version
+        versions = self.pool_use_versions
+        for device in devices:
+            versions[(device.driver, device.pool)] = version
 
     def _drop_zeros(self, devices: Any) -> None:
         for device in devices:

@@ -12,7 +12,10 @@
 - Filter: allocate all unallocated claims of the pod together on the node
   (structured parameters, see core/dra/allocator.py), devices taken by any
   claim (whoever allocated it) or in flight excluded. Selector results are
-  remembered per device until a slice changes (core/dra/matching.py).
+  remembered per device until a slice changes (core/dra/matching.py). In
+  batches, a node with too few free matching devices is rejected without a
+  search, from counts kept per pool until one of its devices is taken or
+  freed (the same answer the search would give).
 - Reserve: the chosen node's allocation is recorded in flight, so the next
   pod sees its devices taken and a pod sharing the claim waits.
 - PreBind: for each claim not yet reserved for the pod, add the
@@ -38,15 +41,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from usher.core.dra.allocator import AllocationOutcome, ClaimsPlan, Inventory, MatchMemo, allocate, plan_claims
+from usher.core.dra.allocator import (
+    REASON_CANNOT_ALLOCATE,
+    AllocationOutcome,
+    ClaimsPlan,
+    Inventory,
+    MatchMemo,
+    allocate,
+    plan_claims,
+    surely_unsatisfiable,
+)
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import Claim, DeviceId
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
+from usher.core.dra.pools import VisiblePool
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
     ALL_PODS,
+    BatchFilterPlugin,
     ClusterEventWithHint,
     FilterPlugin,
     PreBindPlugin,
@@ -72,6 +86,7 @@ STATE_KEY = "DynamicResources/state"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_WRITE_ATTEMPTS = 5
 DEFAULT_FILTER_TIMEOUT = 10.0
+_CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE)
 
 
 class DraHandle(Protocol):
@@ -92,8 +107,10 @@ class _CycleData:
     inventory: Inventory
     plan: ClaimsPlan
     """The unallocated claims, planned for every node of the cycle."""
-    in_use: frozenset[DeviceId]
-    """Devices in use when the cycle began."""
+    in_use: Mapping[DeviceId, int]
+    """Devices in use when the cycle began (a copy)."""
+    use_version: int
+    """The in-use version ``in_use`` was copied at."""
     outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
     reserved: list[str] = field(default_factory=list)
     """Claims PreBind reserved for the pod (undone by Unreserve)."""
@@ -206,7 +223,9 @@ class DynamicResources:
                 unallocated,
                 inventory,
                 plan_claims(unallocated, self._dra.classes, memo=self._matches),
-                frozenset(self._dra.in_use()) if unallocated else frozenset(),
+                # A dict copy keeps the keys' hashes: no device id is hashed again.
+                dict(self._dra.in_use()) if unallocated else {},
+                self._dra.use_version,
             ),
         )
         return None, SUCCESS
@@ -223,6 +242,44 @@ class DynamicResources:
         data: _CycleData | None = state.get(STATE_KEY)
         if data is None:
             return SUCCESS
+        rejected = self._pinned_elsewhere(data, node)
+        if rejected is None and data.unallocated:
+            rejected = self._allocate_on(data, node, None)
+        return SUCCESS if rejected is None else rejected
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """``filter`` for many nodes; a node surely short of devices is rejected without a search."""
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None:
+            return [None] * len(nodes)
+        if not data.unallocated:
+            return [self._pinned_elsewhere(data, node) for node in nodes]
+        inventory = data.inventory
+        plan = data.plan
+        in_use = data.in_use
+        versions = self._dra.pool_use_versions
+        # The counts hold for the live in-use versions: only if nothing changed since PreFilter.
+        check = plan.checkable and data.use_version == self._dra.use_version
+        results: list[Status | None] = []
+        for node in nodes:
+            rejected = self._pinned_elsewhere(data, node) if data.allocated else None
+            if rejected is None:
+                pools = None
+                if check:
+                    try:
+                        pools = inventory.visible_pools(node.name, node.labels)
+                    except SelectorError:
+                        pass  # the search reports it
+                    else:
+                        if surely_unsatisfiable(plan, pools, in_use, versions):
+                            results.append(_CANNOT_ALLOCATE)
+                            continue
+                rejected = self._allocate_on(data, node, pools)
+            results.append(rejected)
+        return results
+
+    def _pinned_elsewhere(self, data: _CycleData, node: NodeInfo) -> Status | None:
+        """Why an allocated claim keeps the pod off the node, or None."""
         for claim in data.allocated:
             selector = (claim.allocation or {}).get("nodeSelector")
             try:
@@ -233,8 +290,10 @@ class DynamicResources:
                 )
             if not available:
                 return unschedulable("resourceclaim not available on the node", resolvable=False)
-        if not data.unallocated:
-            return SUCCESS
+        return None
+
+    def _allocate_on(self, data: _CycleData, node: NodeInfo, pools: Sequence[VisiblePool] | None) -> Status | None:
+        """Allocate the unallocated claims on the node: None (and the outcome kept) or why not."""
         deadline = time.monotonic() + self._filter_timeout if self._filter_timeout > 0 else None
         outcome = allocate(
             data.plan,
@@ -244,14 +303,15 @@ class DynamicResources:
             in_use=data.in_use,
             evaluate=self._selectors,
             deadline=deadline,
+            pools=pools,
         )
         if outcome.error:
             # A bad selector or pool blocks this pod until a class, claim or slice changes.
             return unschedulable(outcome.error, resolvable=False)
         if not outcome.ok:
-            return unschedulable(outcome.reason)
+            return _CANNOT_ALLOCATE if outcome.reason == REASON_CANNOT_ALLOCATE else unschedulable(outcome.reason)
         data.outcomes[node.name] = outcome
-        return SUCCESS
+        return None
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
@@ -426,5 +486,6 @@ def new(args: Mapping[str, Any], handle: Any) -> DynamicResources:
 _check_pre_enqueue: type[PreEnqueuePlugin] = DynamicResources
 _check_pre_filter: type[PreFilterPlugin] = DynamicResources
 _check_filter: type[FilterPlugin] = DynamicResources
+_check_batch_filter: type[BatchFilterPlugin] = DynamicResources
 _check_reserve: type[ReservePlugin] = DynamicResources
 _check_pre_bind: type[PreBindPlugin] = DynamicResources
