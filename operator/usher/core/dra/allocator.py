@@ -157,7 +157,7 @@ class MatchMemo:
 
     def __init__(self, *, max_combinations: int = 64) -> None:
         self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
-        self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[Candidate, ...], tuple[int, int]]] = {}
+        self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, tuple[int, int]]] = {}
         self._max = max(1, max_combinations)
 
     def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
@@ -170,10 +170,11 @@ class MatchMemo:
 
     def free_counts(
         self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
-    ) -> dict[tuple[Candidate, ...], tuple[int, int]]:
-        """A pool's devices (as a node sees them) -> (in-use version, free devices the combination accepts).
+    ) -> dict[VisiblePool, tuple[int, int]]:
+        """A pool as nodes see it -> (its in-use version, the free devices the combination accepts, or -1).
 
-        Only counts that all the answers they need were known for; forgotten with the answers.
+        -1 where an answer was not known; forgotten with the answers, and when over
+        ``_MAX_COUNTS`` pools (inventories with node selectors make a pool's view per call).
         """
         key = (class_selectors, request_selectors)
         found = self._free.get(key)
@@ -467,7 +468,12 @@ class _Judge:
 
 
 def _descend(
-    plan: ClaimsPlan, pools: Sequence[VisiblePool], in_use: Container[DeviceId], judge: _Judge
+    plan: ClaimsPlan,
+    pools: Sequence[VisiblePool],
+    in_use: Container[DeviceId],
+    evaluate: Evaluate,
+    deadline: float | None,
+    now: Callable[[], float],
 ) -> list[_Solution] | bool:
     """The depth-first search's first descent, for plain plans: each slot takes the first free device.
 
@@ -480,8 +486,7 @@ def _descend(
     """
     picked: set[Candidate] = set()
     solutions: list[_Solution] = []
-    deadline = judge.deadline
-    now = judge.now
+    judge: _Judge | None = None  # only once a selector must run
     for claim in plan.claims:
         results: list[tuple[_Request, Candidate]] = []
         for (request,) in claim.requests:
@@ -498,6 +503,8 @@ def _descend(
                             continue
                         selectable = matches.get(candidate)
                         if selectable is None:
+                            if judge is None:
+                                judge = _Judge(evaluate, plan.memo, deadline, now)
                             selectable = judge.selectable(claim, request, candidate)
                         if selectable and not candidate.device.consumes_counters:
                             found = candidate
@@ -808,10 +815,12 @@ def surely_unsatisfiable(
         free = 0
         for visible in pools:
             version = use_versions.get(visible.pool.key, 0)
-            known = demand.free.get(visible.candidates)
+            known = demand.free.get(visible)
             if known is None or known[0] != version:
+                if len(demand.free) >= _MAX_COUNTS:
+                    demand.free.clear()
                 # Not knowing (-1) is remembered too, until the version changes: searching is always right.
-                known = demand.free[visible.candidates] = (
+                known = demand.free[visible] = (
                     version,
                     _free_accepted(visible.candidates, demand.matches, in_use),
                 )
@@ -838,6 +847,7 @@ def _free_accepted(
     return count
 
 
+_MAX_COUNTS: Final = 65536
 _NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
 _NO_TIME: Final = AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
 
@@ -865,14 +875,13 @@ def allocate(
     try:
         if pools is None:
             pools = inventory.visible_pools(node_name, node_labels)
-        judge = _Judge(evaluate, plan.memo, deadline, now)
         if plan.plain:
-            descent = _descend(plan, pools, in_use, judge)
+            descent = _descend(plan, pools, in_use, evaluate, deadline, now)
             if descent is False:
                 return _NO_SOLUTION
             if descent is not True:
-                return AllocationOutcome(ok=True, allocations=_Allocations(descent))
-        search = _Search(plan, pools, in_use, judge)
+                return AllocationOutcome(True, _Allocations(descent))
+        search = _Search(plan, pools, in_use, _Judge(evaluate, plan.memo, deadline, now))
         found = search.run()
     except _TimedOutError:
         return _NO_TIME

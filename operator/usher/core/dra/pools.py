@@ -70,9 +70,13 @@ class _SliceEntry:
         """The pool as seen by a node that reaches only this slice of it (the common case)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class VisiblePool:
-    """A pool as one node sees it: the devices reachable from the node, in a stable order."""
+    """A pool as one node sees it: the devices reachable from the node, in a stable order.
+
+    Compared and hashed by identity: the allocator keeps counts per pool view, and an
+    inventory hands out one view per slice (or per node name) for as long as it lives.
+    """
 
     pool: Pool
     candidates: tuple[Candidate, ...]
