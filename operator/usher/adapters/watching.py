@@ -57,8 +57,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     usher registers only index and event handlers (see `register`): kopf then never
     writes to the watched objects, and its diff-base and progress storages are never
     written either. kopf still builds a diff-base essence and clears it of progress
-    fields on every event (two deep copies of the whole object, the largest share of
-    its per-event cost), so both storages are replaced by ones that keep nothing.
+    fields on every event (a deep copy of the whole object, then one of its essence per
+    default progress storage: the largest share of its per-event cost), so both
+    storages are replaced by ones that keep nothing.
     """
     settings.posting.enabled = False  # kopf must write nothing, not even Events of its own
     settings.scanning.disabled = True  # no CRD/namespace discovery: the kinds are fixed
