@@ -121,8 +121,10 @@ def schedule(
     # same as filtering one node at a time, at a fraction of the calls.
     while evaluated < total and len(feasible) < want:
         size = min(want - len(feasible), total - evaluated)
-        first = start + evaluated
-        chunk = [candidates[(first + j) % total] for j in range(size)]
+        first = (start + evaluated) % total
+        chunk = list(candidates[first : first + size])
+        if len(chunk) < size:  # wrapped past the last node
+            chunk += candidates[: size - len(chunk)]
         statuses = framework.run_filter_nodes(state, pod, chunk)
         for node, status in zip(chunk, statuses, strict=True):
             evaluated += 1

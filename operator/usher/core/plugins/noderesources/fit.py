@@ -162,30 +162,47 @@ class NodeResourcesFit:
         return results
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
-        return self.score_nodes(state, pod, [node])[0][0], SUCCESS
+        return self._node_score(node, self._pod_amounts(pod)), SUCCESS
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        """``score`` per node; the default (LeastAllocated over cpu and memory) takes an unrolled path."""
         amounts = self._pod_amounts(pod)
-        strategy = self.args.strategy
+        if self.args.strategy != LEAST_ALLOCATED or len(amounts) != 2 or not (amounts[0][3] and amounts[1][3]):
+            return [self._node_score(node, amounts) for node in nodes], SUCCESS
+        (first, weight_first, want_first, _), (second, weight_second, want_second, _) = amounts
+        weights = weight_first + weight_second
         scores: list[int] = []
         for node in nodes:
             allocatable = node.allocatable
-            total = weights = 0
-            for resource, weight, amount, non_zero in amounts:
-                capacity = allocatable.get(resource, 0)
-                if capacity <= 0:
-                    continue
-                requested = (node.non_zero_requested if non_zero else node.requested).get(resource, 0) + amount
-                if strategy == LEAST_ALLOCATED:
-                    value = (capacity - requested) * MAX_NODE_SCORE // capacity if requested < capacity else 0
-                elif strategy == MOST_ALLOCATED:
-                    value = min(requested, capacity) * MAX_NODE_SCORE // capacity
-                else:
-                    value = shape_score(self.args.shape, min(requested, capacity) * 100 // capacity)
-                total += value * weight
-                weights += weight
-            scores.append(total // weights if weights else 0)
+            capacity_first = allocatable.get(first, 0)
+            capacity_second = allocatable.get(second, 0)
+            if capacity_first <= 0 or capacity_second <= 0:
+                scores.append(self._node_score(node, amounts))
+                continue
+            requested = node.non_zero_requested
+            free_first = capacity_first - requested.get(first, 0) - want_first
+            free_second = capacity_second - requested.get(second, 0) - want_second
+            total = (free_first * MAX_NODE_SCORE // capacity_first if free_first > 0 else 0) * weight_first
+            total += (free_second * MAX_NODE_SCORE // capacity_second if free_second > 0 else 0) * weight_second
+            scores.append(total // weights)
         return scores, SUCCESS
+
+    def _node_score(self, node: NodeInfo, amounts: list[tuple[str, int, int, bool]]) -> int:
+        total = weights = 0
+        for resource, weight, amount, non_zero in amounts:
+            capacity = node.allocatable.get(resource, 0)
+            if capacity <= 0:
+                continue
+            requested = (node.non_zero_requested if non_zero else node.requested).get(resource, 0) + amount
+            if self.args.strategy == LEAST_ALLOCATED:
+                value = max(0, capacity - requested) * MAX_NODE_SCORE // capacity
+            elif self.args.strategy == MOST_ALLOCATED:
+                value = min(requested, capacity) * MAX_NODE_SCORE // capacity
+            else:
+                value = shape_score(self.args.shape, min(requested, capacity) * 100 // capacity)
+            total += value * weight
+            weights += weight
+        return total // weights if weights else 0
 
     def _pod_amounts(self, pod: PodInfo) -> list[tuple[str, int, int, bool]]:
         """(resource, weight, the pod's request for scoring, counted in non_zero_requested) per scored resource."""
