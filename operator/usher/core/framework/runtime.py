@@ -256,7 +256,7 @@ class Framework:
         """Weighted, normalised total score per node."""
         started = self._timer()
         sample = self._sampled(state)
-        totals: dict[NodeName, int] = {node.name: 0 for node in nodes}
+        totals: dict[NodeName, int] = {}
         status = Status()
         for pre_score in self.plugins.pre_score:
             status = self._call(pre_score.name, "PreScore", sample, pre_score.pre_score, state, pod, nodes)

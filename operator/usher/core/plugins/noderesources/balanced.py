@@ -60,22 +60,20 @@ class NodeResourcesBalancedAllocation:
         return _node_score(node, self._amounts(pod)), SUCCESS
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
-        """``score`` per node; the default two resources (cpu, memory) take an unrolled path."""
+        """``score`` per node; the default resources (cpu and memory) read NodeInfo's scalar copies."""
         amounts = self._amounts(pod)
-        if len(amounts) != 2:
+        if sorted(self.args.resources) != [CPU, MEMORY]:
             return [_node_score(node, amounts) for node in nodes], SUCCESS
-        (first, want_first), (second, want_second) = amounts
+        want_cpu, want_memory = pod.requests.get(CPU, 0), pod.requests.get(MEMORY, 0)
         scores: list[int] = []
         for node in nodes:
-            allocatable = node.allocatable
-            capacity_first = allocatable.get(first, 0)
-            capacity_second = allocatable.get(second, 0)
-            if capacity_first <= 0 or capacity_second <= 0:
+            capacity_cpu = node.allocatable_cpu
+            capacity_memory = node.allocatable_memory
+            if capacity_cpu <= 0 or capacity_memory <= 0:
                 scores.append(_node_score(node, amounts))
                 continue
-            requested = node.requested
-            used_first = (requested.get(first, 0) + want_first) / capacity_first
-            used_second = (requested.get(second, 0) + want_second) / capacity_second
+            used_first = (node.requested_cpu + want_cpu) / capacity_cpu
+            used_second = (node.requested_memory + want_memory) / capacity_memory
             # Plain comparisons, not min(): this loop runs for every node of every cycle.
             if used_first > 1.0:  # noqa: PLR1730
                 used_first = 1.0

@@ -13,6 +13,7 @@ kube-scheduler, so empty pods still spread.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,22 @@ class NodeResourcesFit:
         """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
         checks = [(r, amount) for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)]
         results: list[Status | None] = []
+        wanted = dict(checks)
+        if wanted.keys() <= {CPU, MEMORY}:
+            # The common pod (cpu and memory at most): NodeInfo's scalar copies, no dict lookups.
+            # A resource the pod does not request is not checked at all (an overcommitted node
+            # still takes a pod that asks for none of it): -inf passes every comparison.
+            cpu, memory = wanted.get(CPU, -math.inf), wanted.get(MEMORY, -math.inf)
+            for node in nodes:
+                if (
+                    node.requested_pods < node.allocatable_pods
+                    and cpu <= node.allocatable_cpu - node.requested_cpu
+                    and memory <= node.allocatable_memory - node.requested_memory
+                ):
+                    results.append(None)
+                else:
+                    results.append(self.filter(state, pod, node))
+            return results
         for node in nodes:
             allocatable = node.allocatable
             used = node.requested
@@ -169,21 +186,22 @@ class NodeResourcesFit:
         amounts = self._pod_amounts(pod)
         if self.args.strategy != LEAST_ALLOCATED or len(amounts) != 2 or not (amounts[0][3] and amounts[1][3]):
             return [self._node_score(node, amounts) for node in nodes], SUCCESS
-        (first, weight_first, want_first, _), (second, weight_second, want_second, _) = amounts
-        weights = weight_first + weight_second
+        by_name = {resource: (weight, want) for resource, weight, want, _ in amounts}
+        if set(by_name) != {CPU, MEMORY}:
+            return [self._node_score(node, amounts) for node in nodes], SUCCESS
+        (weight_cpu, want_cpu), (weight_memory, want_memory) = by_name[CPU], by_name[MEMORY]
+        weights = weight_cpu + weight_memory
         scores: list[int] = []
         for node in nodes:
-            allocatable = node.allocatable
-            capacity_first = allocatable.get(first, 0)
-            capacity_second = allocatable.get(second, 0)
-            if capacity_first <= 0 or capacity_second <= 0:
+            capacity_cpu = node.allocatable_cpu
+            capacity_memory = node.allocatable_memory
+            if capacity_cpu <= 0 or capacity_memory <= 0:
                 scores.append(self._node_score(node, amounts))
                 continue
-            requested = node.non_zero_requested
-            free_first = capacity_first - requested.get(first, 0) - want_first
-            free_second = capacity_second - requested.get(second, 0) - want_second
-            total = (free_first * MAX_NODE_SCORE // capacity_first if free_first > 0 else 0) * weight_first
-            total += (free_second * MAX_NODE_SCORE // capacity_second if free_second > 0 else 0) * weight_second
+            free_cpu = capacity_cpu - node.non_zero_cpu - want_cpu
+            free_memory = capacity_memory - node.non_zero_memory - want_memory
+            total = (free_cpu * MAX_NODE_SCORE // capacity_cpu if free_cpu > 0 else 0) * weight_cpu
+            total += (free_memory * MAX_NODE_SCORE // capacity_memory if free_memory > 0 else 0) * weight_memory
             scores.append(total // weights)
         return scores, SUCCESS
 
