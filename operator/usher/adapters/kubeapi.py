@@ -51,16 +51,14 @@ class KubeApi:
         content_type: str = "application/json",
     ) -> ApiResult:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        # The body is plain JSON already: it bypasses param_serialize, whose model sanitiser walks
+        # every nested value of every object written (measurable on claims with status).
         serialized = await self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
+            method=method, resource_path=path, header_params=headers, auth_settings=["BearerToken"]
         )
-        http_method, url, header_params, payload, post_params = serialized
+        http_method, url, header_params, _, post_params = serialized
         response = await self._client.call_api(
-            http_method, url, header_params, payload, post_params, _request_timeout=self._timeout
+            http_method, url, header_params, body, post_params, _request_timeout=self._timeout
         )
         raw = await response.read()
         try:
