@@ -221,6 +221,8 @@ class Framework:
             statuses = _filter_batch(batch, check, state, pod, subset)
             if sampled:
                 self._record_batch(name, statuses, self._timer() - started)
+            if not any(statuses):  # every node passed (None), the usual case: nothing to sort out
+                continue
             still: list[int] = []
             for index, status in zip(standing, statuses, strict=True):
                 if status is None or status.code is Code.SUCCESS:
