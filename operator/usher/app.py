@@ -1,7 +1,7 @@
 """The composition root: builds every part of a running usher and names every task.
 
     connect -> metrics, API client, dispatcher -> scheduler (cache + queue)
-    tasks: kopf operator (watches), scheduling loop, HTTP server (/metrics, /healthz, /readyz)
+    tasks: kopf operator (watches), initial sync (LISTs), scheduling loop, HTTP server (/metrics, /healthz, /readyz)
 
 SIGINT/SIGTERM stop the operator, cancel the loop, let in-flight API calls
 finish briefly, and close every connection.
@@ -79,15 +79,6 @@ class _Debug(DebugSource):
         return explain(self._scheduler, pod_key(namespace, name))
 
 
-async def _cluster_is_empty(api: KubeApi) -> bool:
-    """True when there is no pod and no node at all: nothing for the watch to deliver."""
-    for path in ("/api/v1/pods?limit=1", "/api/v1/nodes?limit=1"):
-        result = await api.request("GET", path)
-        if not result.ok or result.body.get("items"):
-            return False
-    return True
-
-
 async def run(options: RunOptions) -> None:
     connection = await connect(options.kubeconfig)
     logger.info("connecting to %s (%s)", connection.async_config.host, connection.source)
@@ -113,7 +104,7 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    watching.register(registry, scheduler)
+    initial_sync = watching.register(registry, scheduler)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,11 +142,16 @@ async def run(options: RunOptions) -> None:
         ),
         name="kopf-operator",
     )
-    if await _cluster_is_empty(api):
-        scheduler.mark_synced()
+    # Marks the scheduler synced once kopf has delivered everything usher's own LIST saw.
+    sync_task = asyncio.create_task(initial_sync.run(watching.api_lister(api)), name="initial-sync")
     stop_task = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
-        done, _ = await asyncio.wait({stop_task, loop_task, operator_task}, return_when=asyncio.FIRST_COMPLETED)
+        watched: set[asyncio.Task[Any]] = {stop_task, loop_task, operator_task, sync_task}
+        while True:
+            done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            # The initial sync ends once synced: only its failure (a bug) stops usher.
+            if done != {sync_task} or sync_task.exception() is not None:
+                break
         # kopf handles SIGINT/SIGTERM itself (replacing our handlers): its clean exit is a stop request.
         for task in done:
             if task is not stop_task and not task.cancelled() and task.exception() is not None:
@@ -165,6 +161,7 @@ async def run(options: RunOptions) -> None:
         if not operator_stop.done():
             operator_stop.set_result(None)
         loop_task.cancel()
+        sync_task.cancel()
         stop_task.cancel()
         if leader_task is not None:
             leader_task.cancel()

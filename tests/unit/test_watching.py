@@ -1,8 +1,9 @@
 """The kopf layer delivers every watch event once, marks the cache synced only after the listings, writes nothing.
 
 These tests drive kopf's own watcher, workers and event processing in-process,
-with the API's watch streams replaced by scripted ones: the listing barrier and
-the handler selection are kopf's, so they are tested as kopf runs them.
+with the API's watch streams replaced by scripted ones and usher's own LIST by a
+scripted lister: the handler selection and per-object ordering are kopf's, so
+they are tested as kopf runs them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -94,16 +95,41 @@ def no_patching(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(patching, "patch_obj", refuse)
 
 
+Listed = Mapping[str, Sequence[Collection[str]]]
+"""Per plural, what usher's successive LISTs of that kind return (the last one repeats); unlisted kinds are empty."""
+
+
+def lister(listed: Listed, calls: list[str] | None = None) -> watching.Lister:
+    answered: dict[str, int] = {}
+
+    async def list_keys(group: str, plural: str) -> Collection[str] | None:
+        if calls is not None:
+            calls.append(plural)
+        lists = listed.get(plural) or [()]
+        answered[plural] = answered.get(plural, -1) + 1
+        return lists[min(answered[plural], len(lists) - 1)]
+
+    return list_keys
+
+
+def uids(*objs: dict[str, Any]) -> list[str]:
+    return [obj["metadata"]["uid"] for obj in objs]
+
+
 async def run_kopf(
     sink: Sink,
     streams: Mapping[references.Resource, AsyncIterator[Event]],
     monkeypatch: pytest.MonkeyPatch,
     *,
     deliveries: int,
+    listed: Listed | watching.Lister,
+    recheck: float = 5.0,
 ) -> None:
-    """Run kopf's watchers over scripted streams, as ``kopf.operator`` wires them, until ``deliveries``."""
+    """Run kopf's watchers over scripted streams, as ``kopf.operator`` wires them, and the initial sync."""
     registry = kopf.OperatorRegistry()
-    watching.register(registry, sink)
+    sync = watching.register(
+        registry, sink, settings=watching.SyncSettings(recheck=recheck, max_recheck=recheck, retry=0.001)
+    )
     settings = kopf.OperatorSettings()
     watching.configure(settings)
     settings.queueing.exit_timeout = 0.1
@@ -127,7 +153,7 @@ async def run_kopf(
     )
     operator_indexed = aiotoggles.ToggleSet(all)
     blocker = await operator_indexed.make_toggle(name="orchestration blocker")
-    watchers = [
+    tasks = [
         asyncio.create_task(
             queueing.watcher(
                 namespace=None,
@@ -135,18 +161,23 @@ async def run_kopf(
                 resource=resource,
                 processor=functools.partial(processor, resource=resource),
                 operator_indexed=operator_indexed,
-                resource_indexed=await operator_indexed.make_toggle(name=resource.plural),
+                resource_indexed=(
+                    await operator_indexed.make_toggle(name=resource.plural)
+                    if registry._indexing.has_handlers(resource=resource)
+                    else None
+                ),
             )
         )
         for resource in streams
     ]
     await operator_indexed.drop_toggle(blocker)
+    tasks.append(asyncio.create_task(sync.run(listed if callable(listed) else lister(listed))))
     try:
         await sink.until(deliveries)
     finally:
-        for task in watchers:
+        for task in tasks:
             task.cancel()
-        for task in watchers:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     assert event_queue.empty(), "kopf posted k8s Events"
@@ -165,7 +196,7 @@ def listing(*objs: dict[str, Any]) -> list[Event]:
     return [*({"type": None, "object": obj} for obj in objs), LISTED]
 
 
-async def test_the_cache_is_synced_only_after_every_kind_s_listing_is_delivered(
+async def test_the_cache_is_synced_only_after_every_listed_object_of_every_kind_is_delivered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sink = Sink()
@@ -178,16 +209,87 @@ async def test_the_cache_is_synced_only_after_every_kind_s_listing_is_delivered(
             pods_delivered.set()
 
     sink.on_pod = on_pod  # type: ignore[method-assign]
-    pods = listing(make_pod().name("p1").obj(), make_pod().name("p2").obj())
-    nodes = listing(make_node().name("n1").obj(), make_node().name("n2").obj())
-    # The nodes' listing arrives only once both pods are delivered: the pods must wait for it.
-    streams = {PODS: script(pods), NODES: script(nodes, after=pods_delivered)}
+    p1, p2 = make_pod().name("p1").obj(), make_pod().name("p2").obj()
+    n1, n2 = make_node().name("n1").obj(), make_node().name("n2").obj()
+    # The nodes' listing arrives only once both pods are delivered: the sync must wait for it.
+    streams = {PODS: script(listing(p1, p2)), NODES: script(listing(n1, n2), after=pods_delivered)}
 
-    await run_kopf(sink, streams, monkeypatch, deliveries=4)
+    await run_kopf(sink, streams, monkeypatch, deliveries=4, listed={"pods": [uids(p1, p2)], "nodes": [uids(n1, n2)]})
 
     assert sink.delivered_when_synced is not None
     assert sorted(name for _, _, name, _ in sink.delivered_when_synced) == ["n1", "n2", "p1", "p2"]
     assert len(sink.delivered) == 4, "a listed object was delivered twice"
+
+
+async def test_objects_kopf_delivers_before_usher_s_list_is_in_count_as_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink = Sink()
+    p1, p2 = make_pod().name("p1").obj(), make_pod().name("p2").obj()
+
+    async def slow_list(group: str, plural: str) -> Collection[str]:
+        if plural != "pods":
+            return ()
+        while len(sink.delivered) < 2:
+            await sink.changed.wait()
+            sink.changed.clear()
+        return uids(p1, p2)
+
+    await run_kopf(sink, {PODS: script(listing(p1, p2))}, monkeypatch, deliveries=2, listed=slow_list)
+
+    assert sink.delivered_when_synced is not None
+    assert sorted(name for _, _, name, _ in sink.delivered_when_synced) == ["p1", "p2"]
+
+
+async def test_an_empty_cluster_is_synced_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = Sink()
+
+    await run_kopf(sink, {PODS: script(listing())}, monkeypatch, deliveries=0, listed={})
+
+    assert sink.delivered_when_synced == []
+
+
+async def test_an_object_usher_listed_but_deleted_before_kopf_listed_is_dropped_by_a_later_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf never mentions an object deleted before its own listing: only a new LIST can tell it is gone."""
+    sink = Sink()
+    kept, gone = make_pod().name("kept").obj(), make_pod().name("gone").obj()
+    calls: list[str] = []
+    listed = lister({"pods": [uids(kept, gone), uids(kept)]}, calls)
+
+    await run_kopf(sink, {PODS: script(listing(kept))}, monkeypatch, deliveries=1, listed=listed, recheck=0.01)
+
+    assert sink.delivered_when_synced is not None
+    assert [name for _, _, name, _ in sink.delivered_when_synced] == ["kept"]
+    assert calls.count("pods") == 2, "only the stalled kind is listed again"
+    assert calls.count("nodes") == 1
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        pytest.param([RuntimeError("connection reset"), ()], id="a failed LIST is retried"),
+        pytest.param([None], id="a kind the API server does not serve awaits nothing"),
+    ],
+)
+async def test_usher_s_list_is_retried_until_it_answers(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> None:
+    sink = Sink()
+    pod = make_pod().name("p").obj()
+    remaining = list(answers)
+
+    async def flaky(group: str, plural: str) -> Collection[str] | None:
+        if plural != "resourceslices":
+            return uids(pod) if plural == "pods" else ()
+        answer = remaining.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    await run_kopf(sink, {PODS: script(listing(pod))}, monkeypatch, deliveries=1, listed=flaky)
+
+    assert sink.delivered_when_synced is not None
+    assert not remaining
 
 
 async def test_every_event_is_delivered_once_in_order_deletions_included(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,13 +304,15 @@ async def test_every_event_is_delivered_once_in_order_deletions_included(monkeyp
         {"type": "DELETED", "object": version(p2.obj(), 6)},
     ]
 
-    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=6)
+    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=6, listed={"pods": [uids(p1.obj())]})
 
     assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2"), ("DELETED", "4")]
     assert sink.of("p2") == [("MODIFIED", "3"), ("MODIFIED", "5"), ("DELETED", "6")]
 
 
-async def test_a_failure_on_one_object_stops_neither_it_nor_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failure_on_one_object_stops_neither_it_nor_the_others_nor_the_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     sink = Sink()
     bad, good = make_pod().name("bad"), make_pod().name("good")
     pods = [
@@ -218,14 +322,17 @@ async def test_a_failure_on_one_object_stops_neither_it_nor_the_others(monkeypat
         {"type": "DELETED", "object": version(bad.obj(), 5)},
     ]
 
-    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=5)
+    await run_kopf(
+        sink, {PODS: script(pods)}, monkeypatch, deliveries=5, listed={"pods": [uids(bad.obj(), good.obj())]}
+    )
 
     assert sink.of("bad") == [("MODIFIED", "1"), ("MODIFIED", "3"), ("DELETED", "5")]
     assert sink.of("good") == [("MODIFIED", "2"), ("MODIFIED", "4")]
+    assert sink.delivered_when_synced is not None
 
 
-async def test_once_synced_kopf_invokes_one_handler_per_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's per-handler machinery is most of its per-event cost: the index handlers serve only the sync."""
+async def test_kopf_invokes_one_handler_per_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's per-handler machinery is most of its per-event cost: one handler per kind serves every event."""
     invoked: list[str] = []
     original = execution.invoke_handler
 
@@ -238,18 +345,52 @@ async def test_once_synced_kopf_invokes_one_handler_per_event(monkeypatch: pytes
     p1 = make_pod().name("p1")
     pods = [*listing(version(p1.obj(), 1)), *({"type": "MODIFIED", "object": version(p1.obj(), rv)} for rv in (2, 3))]
 
-    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=3)
+    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=3, listed={"pods": [uids(p1.obj())]})
 
-    assert invoked == ["pods_feed", "pods_event", "pods_event", "pods_event"]
+    assert invoked == ["pods_event", "pods_event", "pods_event"]
     assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2"), ("MODIFIED", "3")]
 
 
-def test_usher_registers_no_state_handlers_so_kopf_needs_no_diff_base_nor_progress() -> None:
-    """`configure` drops kopf's diff base and progress storage: only state handlers would need them."""
+async def _event_loop_callbacks_until_synced(monkeypatch: pytest.MonkeyPatch, count: int) -> int:
+    """How many callbacks (task steps, wake-ups) asyncio runs until ``count`` listed pods are synced."""
+    callbacks = 0
+    original = asyncio.events.Handle._run
+
+    def counting(handle: asyncio.events.Handle) -> None:
+        nonlocal callbacks
+        callbacks += 1
+        original(handle)
+
+    pods = [make_pod().name(f"p{i}").obj() for i in range(count)]
+    with monkeypatch.context() as patched:
+        patched.setattr(asyncio.events.Handle, "_run", counting)
+        await run_kopf(
+            Sink(), {PODS: script(listing(*pods))}, monkeypatch, deliveries=count, listed={"pods": [uids(*pods)]}
+        )
+    return callbacks
+
+
+async def test_the_work_until_synced_grows_linearly_with_the_listed_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's index barrier woke every waiting object on each finished one: quadratic (x16 for x4 objects).
+
+    Counting event-loop callbacks measures that work without a clock.
+    """
+    small = await _event_loop_callbacks_until_synced(monkeypatch, 500)
+    large = await _event_loop_callbacks_until_synced(monkeypatch, 2000)
+
+    assert large <= 4.5 * small, f"{small} callbacks for 500 objects, {large} for 2000"
+
+
+def test_usher_registers_only_event_handlers_so_kopf_has_no_barrier_no_diff_base_nor_progress() -> None:
+    """`configure` drops kopf's diff base and progress storage: only state handlers would need them.
+
+    Index handlers would make kopf hold every object of the initial listing at a quadratic barrier.
+    """
     registry = kopf.OperatorRegistry()
     watching.register(registry, Sink())
 
+    assert not registry._indexing.get_all_handlers()
     assert not registry._changing.get_all_handlers()
     assert not registry._spawning.get_all_handlers()
     assert not registry._webhooks.get_all_handlers()
-    assert len(registry._indexing.get_all_handlers()) == len(registry._watching.get_all_handlers()) == 6
+    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 6
