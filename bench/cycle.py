@@ -46,7 +46,8 @@ class _Handle:
         return dict(labels) if labels is not None else None
 
 
-def run(nodes: int, init: int, pods: int, *, profile: bool) -> None:
+def run(nodes: int, init: int, pods: int, *, profile: bool) -> Cache:
+    """Schedule ``init`` then ``pods`` pods (each assumed on its node); the cache they end up in."""
     cache = Cache()
     for i in range(nodes):
         cache.add_or_update_node(workloads.node(i))
@@ -76,6 +77,7 @@ def run(nodes: int, init: int, pods: int, *, profile: bool) -> None:
     print(f"{nodes} nodes, {init} init pods: {pods} pods in {elapsed:.3f} s = {elapsed / pods * 1e6:.0f} us/pod")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return cache
 
 
 def main() -> None:

@@ -82,3 +82,12 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
     assert "| usher (PreQueueingHints on) |" in markdown and "usher >= 0.7x the bind limit" in markdown
     assert (tmp_path / "throughput.png").stat().st_size > 10_000
     assert report.load(out), "the report reads back what the runner wrote"
+
+
+def test_the_cycle_micro_benchmark_places_every_pod_within_capacity() -> None:
+    from bench import cycle
+
+    cache = cycle.run(nodes=120, init=30, pods=40, profile=False)
+    infos = cache.node_infos()
+    assert sum(info.requested_pods for info in infos) == 70
+    assert all(info.requested_cpu <= info.allocatable_cpu for info in infos)
