@@ -147,17 +147,19 @@ class MatchMemo:
     all are forgotten when the next pod is planned; each holds at most one answer per device.
 
     Beside the answers, each combination keeps how many of a pool's devices it accepts that are
-    free (see :func:`surely_unsatisfiable`), per pool and in-use version of the pool.
+    free (see :func:`surely_unsatisfiable`), and which they are as far as a search looked for them
+    (see :class:`_FirstFree`), per pool and in-use version of the pool.
 
     A selector that fails (a CEL error, or one refused after running over its CPU limit) takes
     the answers that relied on it along: it must fail again wherever it would be evaluated.
     """
 
-    __slots__ = ("_by_selectors", "_free", "_max")
+    __slots__ = ("_by_selectors", "_first_free", "_free", "_max")
 
     def __init__(self, *, max_combinations: int = 64) -> None:
         self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
         self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, tuple[int, int]]] = {}
+        self._first_free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, _FirstFree]] = {}
         self._max = max(1, max_combinations)
 
     def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
@@ -182,18 +184,30 @@ class MatchMemo:
             found = self._free[key] = {}
         return found
 
+    def first_free(
+        self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
+    ) -> dict[VisiblePool, _FirstFree]:
+        """A pool as nodes see it -> the free devices the combination accepts, as far as found.
+
+        Forgotten with the answers, and when over ``_MAX_COUNTS`` pools.
+        """
+        key = (class_selectors, request_selectors)
+        found = self._first_free.get(key)
+        if found is None:
+            found = self._first_free[key] = {}
+        return found
+
     def forget(self, expression: str) -> None:
         """Drop every answer that relied on ``expression``, also from plans already made."""
-        for (class_selectors, request_selectors), answers in self._by_selectors.items():
-            if expression in class_selectors or expression in request_selectors:
-                answers.clear()
-        for (class_selectors, request_selectors), counts in self._free.items():
-            if expression in class_selectors or expression in request_selectors:
-                counts.clear()
+        for kept in (self._by_selectors, self._free, self._first_free):
+            for (class_selectors, request_selectors), answers in kept.items():
+                if expression in class_selectors or expression in request_selectors:
+                    answers.clear()
 
     def clear(self) -> None:
         self._by_selectors.clear()
         self._free.clear()
+        self._first_free.clear()
 
     def make_room(self) -> None:
         """Forget everything if over the limit; only between plans, so a plan in use stays reachable by forget()."""
@@ -216,6 +230,7 @@ class _Request:
         "class_",
         "constraints",
         "count",
+        "first_free",
         "matches",
         "name",
         "plain",
@@ -243,6 +258,7 @@ class _Request:
         self.constraints = tuple(i for i, c in enumerate(constraints) if _constraint_applies(c, base, sub))
         """Indices of the claim constraints that apply to this request."""
         self.matches = memo.answers(class_.selectors, spec.selectors)
+        self.first_free = memo.first_free(class_.selectors, spec.selectors)
         self.plain = not self.all_mode and not self.admin and not self.constraints
         """ExactCount, no adminAccess, no constraint: any free matching device will do."""
 
@@ -515,8 +531,120 @@ def _descend(
                     return bool(picked)
                 picked.add(found)
                 results.append((request, found))
-        solutions.append(_Solution(claim, claim.unselected, tuple(results)))
+        solutions.append((claim, claim.unselected, tuple(results)))
     return solutions
+
+
+class _FirstFree:
+    """The free devices one combination of selectors accepts in one pool view, in pool order, as far as found.
+
+    Holds while the pool's in-use version is ``version``: ``found`` lists the devices of
+    ``candidates[:position]`` that are free and accepted (selectors true, no consumesCounters);
+    every other device before ``position`` is in use or has its answer in the combination's
+    answers (both are forgotten together). So the next descent at that version starts at
+    ``found`` instead of walking past in-use devices again, and walks on from ``position`` only
+    when every device found is picked. An error stops the walk before its device.
+    """
+
+    __slots__ = ("found", "position", "version")
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.found: list[Candidate] = []
+        self.position = 0
+
+
+class _UnrememberedError(Exception):
+    """Walking on would judge a device the descent skips (picked, answer unknown)."""
+
+
+def _descend_remembered(
+    plan: ClaimsPlan,
+    pools: Sequence[VisiblePool],
+    in_use: Container[DeviceId],
+    use_versions: Mapping[tuple[str, str], int],
+    evaluate: Evaluate,
+    deadline: float | None,
+    now: Callable[[], float],
+) -> list[_Solution] | bool | None:
+    """:func:`_descend`, from each pool's :class:`_FirstFree` at its current in-use version.
+
+    Picks the same devices, judges the same devices in the same order and meets the same errors,
+    but a pool unchanged since an earlier descent with the same selectors costs a lookup, not a
+    walk past its in-use devices. None rather than judge a device :func:`_descend` skips (one
+    picked for an earlier slot, whose answer for this slot's selectors is not known).
+    """
+    # A list: the plan has at most a few dozen slots, and candidates compare by identity.
+    picked: list[Candidate] = []
+    solutions: list[_Solution] = []
+    for claim in plan.claims:
+        results: list[tuple[_Request, Candidate]] = []
+        for (request,) in claim.requests:
+            kept = request.first_free
+            for _ in range(request.count):
+                if deadline is not None and now() > deadline:
+                    raise _TimedOutError
+                found = None
+                for visible in pools:
+                    walk = kept.get(visible)
+                    if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
+                        # Invalid pools get no walk: a walk found says the pool is valid.
+                        if visible.invalid:
+                            raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                        if len(kept) >= _MAX_COUNTS:
+                            kept.clear()
+                        walk = kept[visible] = _FirstFree(use_versions.get(visible.pool.key, 0))
+                    if picked:
+                        for candidate in walk.found:
+                            if candidate not in picked:
+                                found = candidate
+                                break
+                    elif walk.found:
+                        found = walk.found[0]
+                    if found is None and walk.position < len(visible.candidates):
+                        judge = _Judge(evaluate, plan.memo, deadline, now)
+                        try:
+                            found = _walk_on(walk, visible, claim, request, in_use, picked, judge)
+                        except _UnrememberedError:
+                            return None  # what it judged is remembered: _descend judges nothing twice
+                    if found is not None:
+                        break
+                else:
+                    return bool(picked)
+                picked.append(found)
+                results.append((request, found))
+        solutions.append((claim, claim.unselected, tuple(results)))
+    return solutions
+
+
+def _walk_on(
+    walk: _FirstFree,
+    visible: VisiblePool,
+    claim: _ClaimPlan,
+    request: _Request,
+    in_use: Container[DeviceId],
+    picked: Container[Candidate],
+    judge: _Judge,
+) -> Candidate | None:
+    """Walk the pool on from where ``walk`` stopped, to the next free accepted device not picked (or None)."""
+    candidates = visible.candidates
+    matches = request.matches
+    while walk.position < len(candidates):
+        candidate = candidates[walk.position]
+        if candidate.id in in_use:
+            walk.position += 1
+            continue
+        selectable = matches.get(candidate)
+        if selectable is None:
+            if candidate in picked:
+                raise _UnrememberedError
+            selectable = judge.selectable(claim, request, candidate)
+        walk.position += 1
+        if selectable and not candidate.device.consumes_counters:
+            walk.found.append(candidate)
+            if candidate not in picked:
+                return candidate
+    return None
 
 
 class _Search:
@@ -732,26 +860,21 @@ class _Search:
 # ---------------------------------------------------------------- results, built when read
 
 
-class _Solution:
-    """One claim's solution: which sub-request each request chose and the devices, in pick order."""
+_Solution = tuple["_ClaimPlan", tuple[int, ...], tuple[tuple["_Request", Candidate], ...]]
+"""One claim's solution: its plan, which sub-request each request chose, and the devices in pick order.
 
-    __slots__ = ("plan", "results", "selected")
+A plain tuple: Filter makes one per claim and feasible node, and a tuple is built in C.
+"""
 
-    def __init__(
-        self, plan: _ClaimPlan, selected: tuple[int, ...], results: tuple[tuple[_Request, Candidate], ...]
-    ) -> None:
-        self.plan = plan
-        self.selected = selected
-        self.results = results
 
-    def allocation(self) -> Allocation:
-        plan = self.plan
-        chosen: list[ChosenRequest] = []
-        for index, alternatives in enumerate(plan.requests):
-            request = alternatives[self.selected[index] if plan.has_subs[index] else 0]
-            chosen.append(ChosenRequest(request.base, request.name, plan.has_subs[index], request.class_))
-        picks = [Pick(request.name, request.admin, candidate) for request, candidate in self.results]
-        return build_allocation(plan.claim, chosen, picks)
+def _allocation(solution: _Solution) -> Allocation:
+    plan, selected, results = solution
+    chosen: list[ChosenRequest] = []
+    for index, alternatives in enumerate(plan.requests):
+        request = alternatives[selected[index] if plan.has_subs[index] else 0]
+        chosen.append(ChosenRequest(request.base, request.name, plan.has_subs[index], request.class_))
+    picks = [Pick(request.name, request.admin, candidate) for request, candidate in results]
+    return build_allocation(plan.claim, chosen, picks)
 
 
 class _Allocations(Mapping[str, Allocation]):
@@ -769,7 +892,7 @@ class _Allocations(Mapping[str, Allocation]):
 
     def _allocations(self) -> dict[str, Allocation]:
         if self._built is None:
-            self._built = {s.plan.claim.uid: s.allocation() for s in self._solutions}
+            self._built = {s[0].claim.uid: _allocation(s) for s in self._solutions}
         return self._built
 
     def __getitem__(self, uid: str) -> Allocation:
@@ -848,6 +971,10 @@ def _free_accepted(
 
 
 _MAX_COUNTS: Final = 65536
+_new_tuple: Final = tuple.__new__
+"""``_new_tuple(AllocationOutcome, (True, allocations, "", None))``: an outcome built in C, once per feasible node."""
+
+
 _NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
 _NO_TIME: Final = AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
 
@@ -863,12 +990,16 @@ def allocate(
     deadline: float | None = None,
     now: Callable[[], float] = time.monotonic,
     pools: Sequence[VisiblePool] | None = None,
+    use_versions: Mapping[tuple[str, str], int] | None = None,
 ) -> AllocationOutcome:
     """Allocate devices for all of one pod's unallocated claims (see :func:`plan_claims`) together, on one node.
 
     ``in_use`` holds the devices other claims hold (allocated or in flight, adminAccess results
     excluded); ``deadline`` is a time on ``now``'s clock; ``pools``, if the caller has them, are
     ``inventory.visible_pools(node_name, node_labels)``.
+    With ``use_versions`` ((driver, pool) -> version of its in-use devices' last change, 0 if
+    none; ``in_use`` must be the devices in use at those versions), plain plans start from what
+    earlier calls with the plan's memo found in pools unchanged since: the outcome is the same.
     Nothing the caller passed is mutated, except that the plan remembers selector results for
     the next node: the caller records the chosen allocations as in flight.
     """
@@ -876,11 +1007,17 @@ def allocate(
         if pools is None:
             pools = inventory.visible_pools(node_name, node_labels)
         if plan.plain:
-            descent = _descend(plan, pools, in_use, evaluate, deadline, now)
+            descent = (
+                None
+                if use_versions is None
+                else _descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
+            )
+            if descent is None:
+                descent = _descend(plan, pools, in_use, evaluate, deadline, now)
             if descent is False:
                 return _NO_SOLUTION
             if descent is not True:
-                return AllocationOutcome(True, _Allocations(descent))
+                return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
         search = _Search(plan, pools, in_use, _Judge(evaluate, plan.memo, deadline, now))
         found = search.run()
     except _TimedOutError:
@@ -894,5 +1031,5 @@ def allocate(
         return _NO_SOLUTION
     return AllocationOutcome(
         ok=True,
-        allocations=_Allocations([_Solution(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims]),
+        allocations=_Allocations([(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims]),
     )

@@ -15,7 +15,10 @@
   remembered per device until a slice changes (core/dra/matching.py). In
   batches, a node with too few free matching devices is rejected without a
   search, from counts kept per pool until one of its devices is taken or
-  freed (the same answer the search would give).
+  freed (the same answer the search would give). Likewise the first free
+  matching devices of each pool are kept per pool until one of its devices is
+  taken or freed, so a plain claim's search costs a lookup on a pool nothing
+  changed in since an earlier cycle.
 - Reserve: the chosen node's allocation is recorded in flight, so the next
   pod sees its devices taken and a pod sharing the claim waits.
 - PreBind: for each claim not yet reserved for the pod, add the
@@ -244,7 +247,7 @@ class DynamicResources:
             return SUCCESS
         rejected = self._pinned_elsewhere(data, node)
         if rejected is None and data.unallocated:
-            rejected = self._allocate_on(data, node, None)
+            rejected = self._allocate_on(data, node, None, self._use_versions(data))
         return SUCCESS if rejected is None else rejected
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
@@ -257,26 +260,33 @@ class DynamicResources:
         inventory = data.inventory
         plan = data.plan
         in_use = data.in_use
-        versions = self._dra.pool_use_versions
-        # The counts hold for the live in-use versions: only if nothing changed since PreFilter.
-        check = plan.checkable and data.use_version == self._dra.use_version
+        versions = self._use_versions(data)
+        # A plain plan's descent starts from the free devices found in unchanged pools: as cheap as a count.
+        counted = versions if plan.checkable and not plan.plain else None
         results: list[Status | None] = []
         for node in nodes:
             rejected = self._pinned_elsewhere(data, node) if data.allocated else None
             if rejected is None:
                 pools = None
-                if check:
+                if counted is not None:
                     try:
                         pools = inventory.visible_pools(node.name, node.labels)
                     except SelectorError:
                         pass  # the search reports it
                     else:
-                        if surely_unsatisfiable(plan, pools, in_use, versions):
+                        if surely_unsatisfiable(plan, pools, in_use, counted):
                             results.append(_CANNOT_ALLOCATE)
                             continue
-                rejected = self._allocate_on(data, node, pools)
+                rejected = self._allocate_on(data, node, pools, versions)
             results.append(rejected)
         return results
+
+    def _use_versions(self, data: _CycleData) -> Mapping[tuple[str, str], int] | None:
+        """The pools' in-use versions ``data.in_use`` was copied at, if nothing changed since PreFilter (else None).
+
+        Counts and first free devices kept per pool and version hold for these only.
+        """
+        return self._dra.pool_use_versions if data.use_version == self._dra.use_version else None
 
     def _pinned_elsewhere(self, data: _CycleData, node: NodeInfo) -> Status | None:
         """Why an allocated claim keeps the pod off the node, or None."""
@@ -292,7 +302,13 @@ class DynamicResources:
                 return unschedulable("resourceclaim not available on the node", resolvable=False)
         return None
 
-    def _allocate_on(self, data: _CycleData, node: NodeInfo, pools: Sequence[VisiblePool] | None) -> Status | None:
+    def _allocate_on(
+        self,
+        data: _CycleData,
+        node: NodeInfo,
+        pools: Sequence[VisiblePool] | None,
+        use_versions: Mapping[tuple[str, str], int] | None,
+    ) -> Status | None:
         """Allocate the unallocated claims on the node: None (and the outcome kept) or why not."""
         deadline = time.monotonic() + self._filter_timeout if self._filter_timeout > 0 else None
         outcome = allocate(
@@ -304,6 +320,7 @@ class DynamicResources:
             evaluate=self._selectors,
             deadline=deadline,
             pools=pools,
+            use_versions=use_versions,
         )
         if outcome.error:
             # A bad selector or pool blocks this pod until a class, claim or slice changes.
