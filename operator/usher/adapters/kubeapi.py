@@ -49,8 +49,9 @@ class KubeApi:
         body: Mapping[str, Any] | list[Any] | None = None,
         *,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> ApiResult:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         # The body is plain JSON already: it bypasses param_serialize, whose model sanitiser walks
         # every nested value of every object written (measurable on claims with status).
         serialized = await self._client.param_serialize(

@@ -273,6 +273,10 @@ class ListingError(RuntimeError):
     """A LIST answered neither with the objects nor with 404."""
 
 
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+"""Names and uids are all the sync needs: the API server sends metadata only (kopf lists the objects)."""
+
+
 def api_lister(api: KubeApi, *, page_size: int = 500) -> Lister:
     """A `Lister` through usher's API client: paginated, so one consistent snapshot per kind."""
 
@@ -282,7 +286,7 @@ def api_lister(api: KubeApi, *, page_size: int = 500) -> Lister:
         token = ""
         while True:
             page = f"{base}?limit={page_size}" + (f"&continue={quote(token, safe='')}" if token else "")
-            result = await api.request("GET", page)
+            result = await api.request("GET", page, accept=METADATA_ONLY)
             if result.status == 404 and not token:
                 return None
             if not result.ok:
