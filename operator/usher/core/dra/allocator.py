@@ -281,6 +281,7 @@ class _ClaimPlan:
         "partial",
         "plain",
         "requests",
+        "slots",
         "unselected",
     )
 
@@ -324,6 +325,8 @@ class _ClaimPlan:
         )
         """Only plain requests without alternatives: the search's first descent needs no stack."""
         self.unselected = (0,) * len(self.requests)
+        self.slots = tuple(r for (r, *_) in self.requests for _ in range(r.count)) if self.plain else ()
+        """For plain claims: each device's request, in the order the descent picks them."""
 
 
 class ClaimsPlan:
@@ -505,32 +508,31 @@ def _descend(
     judge: _Judge | None = None  # only once a selector must run
     for claim in plan.claims:
         results: list[tuple[_Request, Candidate]] = []
-        for (request,) in claim.requests:
+        for request in claim.slots:
+            if deadline is not None and now() > deadline:
+                raise _TimedOutError
             matches = request.matches
-            for _ in range(request.count):
-                if deadline is not None and now() > deadline:
-                    raise _TimedOutError
-                found = None
-                for visible in pools:
-                    if visible.invalid:
-                        raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
-                    for candidate in visible.candidates:
-                        if candidate in picked or candidate.id in in_use:
-                            continue
-                        selectable = matches.get(candidate)
-                        if selectable is None:
-                            if judge is None:
-                                judge = _Judge(evaluate, plan.memo, deadline, now)
-                            selectable = judge.selectable(claim, request, candidate)
-                        if selectable and not candidate.device.consumes_counters:
-                            found = candidate
-                            break
-                    if found is not None:
+            found = None
+            for visible in pools:
+                if visible.invalid:
+                    raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                for candidate in visible.candidates:
+                    if candidate in picked or candidate.id in in_use:
+                        continue
+                    selectable = matches.get(candidate)
+                    if selectable is None:
+                        if judge is None:
+                            judge = _Judge(evaluate, plan.memo, deadline, now)
+                        selectable = judge.selectable(claim, request, candidate)
+                    if selectable and not candidate.device.consumes_counters:
+                        found = candidate
                         break
-                else:
-                    return bool(picked)
-                picked.add(found)
-                results.append((request, found))
+                if found is not None:
+                    break
+            else:
+                return bool(picked)
+            picked.add(found)
+            results.append((request, found))
         solutions.append((claim, claim.unselected, tuple(results)))
     return solutions
 
@@ -574,46 +576,46 @@ def _descend_remembered(
     walk past its in-use devices. None rather than judge a device :func:`_descend` skips (one
     picked for an earlier slot, whose answer for this slot's selectors is not known).
     """
-    # A list: the plan has at most a few dozen slots, and candidates compare by identity.
-    picked: list[Candidate] = []
+    # Tuples: a plan has a few slots at most, candidates compare by identity, and () is never built.
+    picked: tuple[Candidate, ...] = ()
     solutions: list[_Solution] = []
     for claim in plan.claims:
-        results: list[tuple[_Request, Candidate]] = []
-        for (request,) in claim.requests:
+        results: tuple[tuple[_Request, Candidate], ...] = ()
+        for request in claim.slots:
+            if deadline is not None and now() > deadline:
+                raise _TimedOutError
             kept = request.first_free
-            for _ in range(request.count):
-                if deadline is not None and now() > deadline:
-                    raise _TimedOutError
-                found = None
-                for visible in pools:
-                    walk = kept.get(visible)
-                    if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
-                        # Invalid pools get no walk: a walk found says the pool is valid.
-                        if visible.invalid:
-                            raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
-                        if len(kept) >= _MAX_COUNTS:
-                            kept.clear()
-                        walk = kept[visible] = _FirstFree(use_versions.get(visible.pool.key, 0))
-                    if picked:
-                        for candidate in walk.found:
-                            if candidate not in picked:
-                                found = candidate
-                                break
-                    elif walk.found:
+            found = None
+            for visible in pools:
+                walk = kept.get(visible)
+                if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
+                    # Invalid pools get no walk: a walk found says the pool is valid.
+                    if visible.invalid:
+                        raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                    if len(kept) >= _MAX_COUNTS:
+                        kept.clear()
+                    walk = kept[visible] = _FirstFree(use_versions.get(visible.pool.key, 0))
+                if not picked:
+                    if walk.found:
                         found = walk.found[0]
-                    if found is None and walk.position < len(visible.candidates):
-                        judge = _Judge(evaluate, plan.memo, deadline, now)
-                        try:
-                            found = _walk_on(walk, visible, claim, request, in_use, picked, judge)
-                        except _UnrememberedError:
-                            return None  # what it judged is remembered: _descend judges nothing twice
-                    if found is not None:
-                        break
                 else:
-                    return bool(picked)
-                picked.append(found)
-                results.append((request, found))
-        solutions.append((claim, claim.unselected, tuple(results)))
+                    for candidate in walk.found:
+                        if candidate not in picked:
+                            found = candidate
+                            break
+                if found is None and walk.position < len(visible.candidates):
+                    judge = _Judge(evaluate, plan.memo, deadline, now)
+                    try:
+                        found = _walk_on(walk, visible, claim, request, in_use, picked, judge)
+                    except _UnrememberedError:
+                        return None  # what it judged is remembered: _descend judges nothing twice
+                if found is not None:
+                    break
+            else:
+                return bool(picked)
+            picked += (found,)
+            results += ((request, found),)
+        solutions.append((claim, claim.unselected, results))
     return solutions
 
 

@@ -322,13 +322,13 @@ class DynamicResources:
             pools=pools,
             use_versions=use_versions,
         )
+        if outcome.ok:
+            data.outcomes[node.name] = outcome
+            return None
         if outcome.error:
             # A bad selector or pool blocks this pod until a class, claim or slice changes.
             return unschedulable(outcome.error, resolvable=False)
-        if not outcome.ok:
-            return _CANNOT_ALLOCATE if outcome.reason == REASON_CANNOT_ALLOCATE else unschedulable(outcome.reason)
-        data.outcomes[node.name] = outcome
-        return None
+        return _CANNOT_ALLOCATE if outcome.reason == REASON_CANNOT_ALLOCATE else unschedulable(outcome.reason)
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
