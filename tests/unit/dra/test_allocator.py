@@ -72,6 +72,7 @@ def run(
     in_use: Iterable[str] = (),
     evaluate: FakeCel | None = None,
     deadline: float | None = None,
+    timeout: float | None = None,
     now: Any = time.monotonic,
 ) -> AllocationOutcome:
     """Allocate on ``node``; ``in_use`` names devices of pool-1 of the default driver."""
@@ -84,6 +85,7 @@ def run(
         in_use={DeviceId(DRIVER, "pool-1", name) for name in in_use},
         evaluate=evaluate or FakeCel(),
         deadline=deadline,
+        timeout=timeout,
         now=now,
     )
 
@@ -769,6 +771,41 @@ def test_the_deadline_is_checked_during_a_long_search() -> None:
 def test_a_future_deadline_lets_the_search_finish() -> None:
     outcome = run([claim()], [TWO], deadline=time.monotonic() + 60)
     assert outcome.ok
+
+
+def test_a_timeout_starts_the_deadline_when_the_search_first_needs_one() -> None:
+    clock = itertools.count()
+    outcome = run([claim()], [TWO], timeout=0.5, now=lambda: float(next(clock)))
+    assert (outcome.ok, outcome.reason, outcome.error) == (False, REASON_TIMED_OUT, None)
+    assert run([claim()], [TWO], timeout=60.0).ok
+
+
+def test_devices_remembered_at_the_pools_in_use_version_are_found_without_the_clock() -> None:
+    inventory = Inventory.build([parse_slice(local("d0", "d1", "d2"))])
+    classes = {"gpu": parse_class(make_class().obj())}
+    memo = MatchMemo()
+
+    def attempt(in_use: set[str], version: int, now: Any) -> list[list[str]]:
+        claims = [claim()]
+        outcome = allocate(
+            plan_claims([parse_claim(c) for c in claims], classes, memo=memo),
+            node_name="n1",
+            node_labels={},
+            inventory=inventory,
+            in_use={DeviceId(DRIVER, "pool-1", name) for name in in_use},
+            evaluate=FakeCel(),
+            now=now,
+            use_versions={(DRIVER, "pool-1"): version},
+            timeout=60.0,
+        )
+        return picks(outcome, claims)
+
+    def no_clock() -> float:
+        raise AssertionError("the clock was read")
+
+    assert attempt({"d0"}, 1, time.monotonic) == [["d1"]], "walks past d0"
+    assert attempt({"d0"}, 1, no_clock) == [["d1"]], "the same version: from memory"
+    assert attempt(set(), 2, time.monotonic) == [["d0"]], "d0 freed: a new version, walked again"
 
 
 def test_no_claims_is_success() -> None:

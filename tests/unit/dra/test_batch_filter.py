@@ -129,12 +129,28 @@ def test_filter_nodes_answers_as_filter_does_node_for_node(seed: int) -> None:
             handle.dra.on_claim(False, make_claim().name(f"used-{i}").request("r", "gpu").allocated(result).obj())
     one_by_one = DynamicResources(handle)
     batched = DynamicResources(handle)
-    for p in range(6):
+    reserved: list[tuple[CycleState, PodInfo, str]] = []
+    for p in range(10):
         name = f"p{p}"
         handle.dra.on_claim(False, _claim(rnd, name))
         pod = _pod(name)
         expected = _answers(one_by_one, pod, nodes, batch=False)
         assert _answers(batched, pod, nodes, batch=True) == expected
+        # A plugin that remembers nothing from earlier pods answers alike.
+        assert _answers(DynamicResources(handle), pod, nodes, batch=False) == expected
+        # As the scheduler does: the pod is reserved on a feasible node (its devices go in
+        # flight), and now and then an earlier one is unreserved (its devices are freed).
+        state = CycleState()
+        if batched.pre_filter(state, pod, nodes)[1].ok:
+            feasible = [
+                n.name for n, s in zip(nodes, batched.filter_nodes(state, pod, nodes), strict=True) if s is None
+            ]
+            if feasible and rnd.random() < 0.7:
+                node = rnd.choice(feasible)
+                assert batched.reserve(state, pod, node).ok
+                reserved.append((state, pod, node))
+        if reserved and rnd.random() < 0.3:
+            batched.unreserve(*reserved.pop(rnd.randrange(len(reserved))))
         # Between pods, devices are taken and freed, so the kept counts must follow.
         for i in rnd.sample(range(len(devices)), k=min(len(devices), 2)):
             pool, device, _ = devices[i]

@@ -96,6 +96,7 @@ def test_remembered_descent_finds_what_a_search_without_memory_finds(seed: int) 
                 in_use=in_use,
                 evaluate=selectors,
                 use_versions=dra.pool_use_versions,
+                timeout=60.0 if p % 2 else None,
             )
             assert _seen(outcome) == _seen(expected), node.name
             if outcome.ok and chosen is None:

@@ -67,6 +67,7 @@ __all__ = [
     "MatchMemo",
     "allocate",
     "plan_claims",
+    "remembered_outcome",
     "surely_unsatisfiable",
 ]
 
@@ -565,7 +566,7 @@ def _descend_remembered(
     pools: Sequence[VisiblePool],
     in_use: Container[DeviceId],
     use_versions: Mapping[tuple[str, str], int],
-    evaluate: Evaluate,
+    evaluate: Evaluate | None,
     deadline: float | None,
     now: Callable[[], float],
 ) -> list[_Solution] | bool | None:
@@ -574,7 +575,8 @@ def _descend_remembered(
     Picks the same devices, judges the same devices in the same order and meets the same errors,
     but a pool unchanged since an earlier descent with the same selectors costs a lookup, not a
     walk past its in-use devices. None rather than judge a device :func:`_descend` skips (one
-    picked for an earlier slot, whose answer for this slot's selectors is not known).
+    picked for an earlier slot, whose answer for this slot's selectors is not known), and
+    without ``evaluate`` (recall only) rather than walk at all.
     """
     # Tuples: a plan has a few slots at most, candidates compare by identity, and () is never built.
     picked: tuple[Candidate, ...] = ()
@@ -604,6 +606,8 @@ def _descend_remembered(
                             found = candidate
                             break
                 if found is None and walk.position < len(visible.candidates):
+                    if evaluate is None:
+                        return None
                     judge = _Judge(evaluate, plan.memo, deadline, now)
                     try:
                         found = _walk_on(walk, visible, claim, request, in_use, picked, judge)
@@ -981,6 +985,29 @@ _NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
 _NO_TIME: Final = AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
 
 
+def remembered_outcome(
+    plan: ClaimsPlan, pools: Sequence[VisiblePool], use_versions: Mapping[tuple[str, str], int]
+) -> AllocationOutcome | None:
+    """What :func:`allocate` with ``use_versions`` answers on a node that sees ``pools``, if memory alone tells.
+
+    For plain plans whose every device (or, for the first, the lack of any) is known from the
+    first free devices earlier calls found in the pools at their current in-use versions: no
+    selector runs, no clock is read, no error can occur. None says nothing: allocate. Pure,
+    apart from noting which pools must be walked next.
+    """
+    if not plan.plain:
+        return None
+    try:
+        descent = _descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
+    except _AbortError:
+        return None  # an invalid pool: allocate reports it
+    if descent is False:
+        return _NO_SOLUTION
+    if descent is None or descent is True:
+        return None
+    return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
+
+
 def allocate(
     plan: ClaimsPlan,
     *,
@@ -993,6 +1020,7 @@ def allocate(
     now: Callable[[], float] = time.monotonic,
     pools: Sequence[VisiblePool] | None = None,
     use_versions: Mapping[tuple[str, str], int] | None = None,
+    timeout: float | None = None,
 ) -> AllocationOutcome:
     """Allocate devices for all of one pod's unallocated claims (see :func:`plan_claims`) together, on one node.
 
@@ -1002,18 +1030,24 @@ def allocate(
     With ``use_versions`` ((driver, pool) -> version of its in-use devices' last change, 0 if
     none; ``in_use`` must be the devices in use at those versions), plain plans start from what
     earlier calls with the plan's memo found in pools unchanged since: the outcome is the same.
+    A ``timeout`` instead of a ``deadline`` sets the deadline that many seconds after the search
+    first needs one: a node whose devices all come from memory reads no clock.
     Nothing the caller passed is mutated, except that the plan remembers selector results for
     the next node: the caller records the chosen allocations as in flight.
     """
     try:
         if pools is None:
             pools = inventory.visible_pools(node_name, node_labels)
+        if timeout is not None and deadline is None:
+            if use_versions is not None:
+                recalled = remembered_outcome(plan, pools, use_versions)
+                if recalled is not None:
+                    return recalled
+            deadline = now() + timeout  # work ahead: a walk or the search
         if plan.plain:
-            descent = (
-                None
-                if use_versions is None
-                else _descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
-            )
+            descent = None
+            if use_versions is not None:
+                descent = _descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
             if descent is None:
                 descent = _descend(plan, pools, in_use, evaluate, deadline, now)
             if descent is False:

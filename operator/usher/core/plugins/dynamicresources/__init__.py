@@ -39,7 +39,6 @@ scheduler.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +51,7 @@ from usher.core.dra.allocator import (
     MatchMemo,
     allocate,
     plan_claims,
+    remembered_outcome,
     surely_unsatisfiable,
 )
 from usher.core.dra.matching import SelectorResults
@@ -251,7 +251,7 @@ class DynamicResources:
         return SUCCESS if rejected is None else rejected
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
-        """``filter`` for many nodes; a node surely short of devices is rejected without a search."""
+        """``filter`` for many nodes; a node surely short of devices, or served from memory, is not searched."""
         data: _CycleData | None = state.get(STATE_KEY)
         if data is None:
             return [None] * len(nodes)
@@ -261,20 +261,28 @@ class DynamicResources:
         plan = data.plan
         in_use = data.in_use
         versions = self._use_versions(data)
-        # A plain plan's descent starts from the free devices found in unchanged pools: as cheap as a count.
-        counted = versions if plan.checkable and not plan.plain else None
+        # What memory tells holds for the live in-use versions: only if nothing changed since PreFilter.
+        known = versions if plan.plain or plan.checkable else None
+        outcomes = data.outcomes
         results: list[Status | None] = []
         for node in nodes:
             rejected = self._pinned_elsewhere(data, node) if data.allocated else None
             if rejected is None:
                 pools = None
-                if counted is not None:
+                if known is not None:
                     try:
                         pools = inventory.visible_pools(node.name, node.labels)
                     except SelectorError:
                         pass  # the search reports it
                     else:
-                        if surely_unsatisfiable(plan, pools, in_use, counted):
+                        if plan.plain:
+                            outcome = remembered_outcome(plan, pools, known)
+                            if outcome is not None:
+                                if outcome.ok:
+                                    outcomes[node.name] = outcome
+                                results.append(None if outcome.ok else _CANNOT_ALLOCATE)
+                                continue
+                        elif surely_unsatisfiable(plan, pools, in_use, known):
                             results.append(_CANNOT_ALLOCATE)
                             continue
                 rejected = self._allocate_on(data, node, pools, versions)
@@ -310,7 +318,6 @@ class DynamicResources:
         use_versions: Mapping[tuple[str, str], int] | None,
     ) -> Status | None:
         """Allocate the unallocated claims on the node: None (and the outcome kept) or why not."""
-        deadline = time.monotonic() + self._filter_timeout if self._filter_timeout > 0 else None
         outcome = allocate(
             data.plan,
             node_name=node.name,
@@ -318,7 +325,7 @@ class DynamicResources:
             inventory=data.inventory,
             in_use=data.in_use,
             evaluate=self._selectors,
-            deadline=deadline,
+            timeout=self._filter_timeout if self._filter_timeout > 0 else None,
             pools=pools,
             use_versions=use_versions,
         )
