@@ -19,7 +19,11 @@ Theory of operation, as kube-scheduler's DynamicResources plugin does it
    claim never gets the same device twice. Class selectors, then request
    selectors, must be true; ``matchAttribute`` constraints must hold within
    the claim. Meeting an invalid pool while looking for devices is an error.
-   The first complete solution wins.
+   The first complete solution wins. For claims of plain requests (ExactCount,
+   no adminAccess, no constraint, no alternatives) the first descent starts
+   from the first free devices an earlier descent found in each pool, while
+   the pool's in-use version holds (:class:`_FirstFree`): a pool nothing was
+   taken from or freed in since costs a lookup, not a walk.
 5. Build each claim's ``status.allocation`` (:mod:`usher.core.dra.results`),
    when it is first read: results, configs (FromClass first, then FromClaim)
    and the node selector the devices imply. Filter finds a solution on every
