@@ -1,0 +1,81 @@
+"""Running a request's selectors on a device, and the two ways an allocation stops early. Pure.
+
+The first descent (:mod:`usher.core.dra.descent`) and the search (:mod:`usher.core.dra.search`)
+judge devices alike: class selectors, then request selectors, each answer kept in the request's
+memo so that no device is judged twice, and the deadline checked before a selector runs. A
+selector that fails takes the memo's answers that relied on it along and raises
+``_AbortError``, which the descent and the search also raise for an invalid pool or an
+impossible claim (an Error outcome: no node can do better); a passed deadline is
+``_TimedOutError`` (Unschedulable). :func:`usher.core.dra.allocator.allocate` turns both into
+outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from usher.core.dra.model import Device
+from usher.core.dra.planning import MatchMemo, _ClaimPlan, _Request
+from usher.core.dra.pools import Candidate
+
+Evaluate = Callable[[str, Device, str], bool]
+"""``evaluate(expression, device, driver)``: a CEL selector's result; raises for a CEL error."""
+
+
+class _AbortError(Exception):
+    """Allocation cannot continue anywhere: an Error outcome."""
+
+
+class _TimedOutError(Exception):
+    pass
+
+
+class _Judge:
+    """Runs a request's selectors on a device the request has no answer for yet."""
+
+    __slots__ = ("deadline", "evaluate", "memo", "now")
+
+    def __init__(self, evaluate: Evaluate, memo: MatchMemo, deadline: float | None, now: Callable[[], float]) -> None:
+        self.evaluate = evaluate
+        self.memo = memo
+        self.deadline = deadline
+        self.now = now
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and self.now() > self.deadline:
+            raise _TimedOutError
+
+    def selectable(self, claim: _ClaimPlan, request: _Request, candidate: Candidate) -> bool:
+        """Class selectors, then request selectors (cached per device for the request, as kube does)."""
+        cached = request.matches.get(candidate)
+        if cached is not None:
+            return cached
+        device = candidate.device
+        matches = not device.has_binding_conditions
+        if matches:
+            self.check_deadline()
+        driver = candidate.id.driver
+        for i, expression in enumerate(request.class_.selectors if matches else ()):
+            try:
+                if not self.evaluate(expression, device, driver):
+                    matches = False
+                    break
+            except Exception as exc:
+                self.memo.forget(expression)
+                raise _AbortError(
+                    f"class {request.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
+                    f"CEL runtime error: {exc}"
+                ) from exc
+        for i, expression in enumerate(request.selectors if matches else ()):
+            try:
+                if not self.evaluate(expression, device, driver):
+                    matches = False
+                    break
+            except Exception as exc:
+                self.memo.forget(expression)
+                raise _AbortError(
+                    f"claim {claim.claim.key}, request {request.name}: selector #{i} {expression!r} "
+                    f"on device {candidate.id}: CEL runtime error: {exc}"
+                ) from exc
+        request.matches[candidate] = matches
+        return matches

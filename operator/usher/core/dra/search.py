@@ -1,0 +1,297 @@
+"""The depth-first search over one node's devices, with backtracking: the allocator's general case. Pure.
+
+Claims, then requests (a ``firstAvailable`` request tries its sub-requests in order), then the
+devices each needs, in pool order; a dead end gives back what its choice took and tries the
+next. Decision points are frames on an explicit stack, so large claims cannot exhaust Python's
+recursion limit. Before it searches, each claim does the node's part of planning:
+``allocationMode: All`` requests collect their devices and the claim's device count is checked,
+raising errors in kube's order. Plain plans mostly never get here: :mod:`usher.core.dra.descent`
+finds their first solution without frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator, Sequence
+from typing import Any, Final
+
+from usher.core.dra.judging import _AbortError, _Judge
+from usher.core.dra.model import RESULTS_MAX_SIZE, Constraint, Device, DeviceId
+from usher.core.dra.planning import ClaimsPlan, _ClaimPlan, _Request
+from usher.core.dra.pools import Candidate, VisiblePool
+
+
+class _MatchAttribute:
+    """``matchAttribute``: every device of the listed requests shares the attribute's type and value."""
+
+    __slots__ = ("count", "domain", "ident", "value")
+
+    def __init__(self, constraint: Constraint) -> None:
+        self.domain, _, self.ident = constraint.match_attribute.partition("/")
+        self.value: object = None
+        self.count = 0
+
+    def add(self, device: Device) -> bool:
+        # Attributes are stored by domain, so the qualified name and the bare id of
+        # the driver's domain are one lookup.
+        value = device.attributes.get(self.domain, {}).get(self.ident)
+        if value is None:
+            return False
+        if self.count == 0:
+            self.value = value
+        elif type(value) is not type(self.value) or value != self.value:
+            return False
+        self.count += 1
+        return True
+
+    def remove(self) -> None:
+        self.count -= 1
+
+
+class _ClaimSearch:
+    """One claim's state during one node's search."""
+
+    __slots__ = ("devices", "plan", "results", "selected", "trackers")
+
+    def __init__(self, plan: _ClaimPlan) -> None:
+        self.plan = plan
+        self.trackers = [_MatchAttribute(c) for c in plan.claim.constraints] if plan.claim.constraints else []
+        self.selected = [0] * len(plan.requests)
+        self.results: list[tuple[_Request, Candidate]] = []
+        self.devices: dict[_Request, list[Candidate]] = {}
+        """For All requests: the devices, collected up front."""
+
+    def needed(self, request: _Request) -> int:
+        return len(self.devices[request]) if request.all_mode else request.count
+
+
+_SUB, _EXACT, _ALL = 0, 1, 2
+
+
+class _Frame:
+    """A decision point of the search, the alternatives it has left and what its current one took."""
+
+    __slots__ = ("choices", "claim", "device", "kind", "request", "sub", "taken")
+
+    def __init__(self, kind: int, claim: int, request: int, sub: int, device: int, choices: Iterator[Any]) -> None:
+        self.kind = kind
+        self.claim = claim
+        self.request = request
+        self.sub = sub
+        self.device = device
+        self.choices = choices
+        self.taken: list[Candidate] = []
+        """The devices the current alternative took, given back before the next one is tried."""
+
+
+_DONE: Final = "done"
+_FAIL: Final = "fail"
+
+
+class _Search:
+    def __init__(
+        self,
+        plan: ClaimsPlan,
+        pools: Sequence[VisiblePool],
+        in_use: Container[DeviceId],
+        judge: _Judge,
+    ) -> None:
+        self.pools = pools
+        self.in_use = in_use
+        self.judge = judge
+        self.picked: dict[Candidate, list[int]] = {}
+        """Devices picked so far in this search -> the claims (indices) they were picked for.
+
+        Keyed by candidate identity: two candidates with one id are a duplicate device name,
+        which makes the pool invalid (an error) before either can be picked.
+        """
+        self.claims = [self._prepare(claim) for claim in plan.claims]
+
+    # ------------------------------------------------------------ the node's part of planning
+
+    def _prepare(self, plan: _ClaimPlan) -> _ClaimSearch:
+        claim = _ClaimSearch(plan)
+        minimum = plan.minimum
+        if not plan.fixed:
+            minimum = 0
+            for alternatives in plan.requests:
+                for request in alternatives:
+                    if request.all_mode:
+                        claim.devices[request] = self._all_devices(claim, request)
+                minimum += min(claim.needed(r) for r in alternatives)
+            for request in plan.partial:
+                if request.all_mode:
+                    self._all_devices(claim, request)
+            if plan.error:
+                raise _AbortError(plan.error)
+        if minimum > RESULTS_MAX_SIZE:
+            raise _AbortError(
+                f"claim {plan.claim.key}: number of requested devices {minimum} "
+                f"exceeds the claim limit of {RESULTS_MAX_SIZE}"
+            )
+        return claim
+
+    def _all_devices(self, claim: _ClaimSearch, request: _Request) -> list[Candidate]:
+        devices: list[Candidate] = []
+        for visible in self.pools:
+            if visible.pool.incomplete:
+                raise _AbortError(
+                    f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
+                    f"but resource pool {visible.pool} is currently being updated"
+                )
+            if visible.invalid:
+                raise _AbortError(
+                    f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
+                    f"but resource pool {visible.pool} is currently invalid"
+                )
+            devices.extend(c for c in visible.candidates if self.judge.selectable(claim.plan, request, c))
+        return devices
+
+    # ------------------------------------------------------------ search
+
+    def run(self) -> bool:
+        first = self._frame_at(0, 0, 0, 0, in_sub=False)
+        if not isinstance(first, _Frame):
+            return first is _DONE
+        stack = [first]
+        while stack:
+            self.judge.check_deadline()
+            frame = stack[-1]
+            if frame.taken:
+                self._give_back(frame)
+            child = self._advance(frame)
+            if child is None:
+                stack.pop()
+            elif child is _DONE:
+                return True
+            elif isinstance(child, _Frame):
+                stack.append(child)
+            # _FAIL: the next round gives back the frame's devices and tries its next choice.
+        return False
+
+    def _frame_at(self, ci: int, ri: int, si: int, di: int, *, in_sub: bool) -> _Frame | str:
+        """The next decision point from a position, skipping over finished requests and claims."""
+        while True:
+            if ci >= len(self.claims):
+                return _DONE
+            claim = self.claims[ci]
+            requests = claim.plan.requests
+            if ri >= len(requests):
+                ci, ri, si, di, in_sub = ci + 1, 0, 0, 0, False
+                continue
+            alternatives = requests[ri]
+            if claim.plan.has_subs[ri] and not in_sub:
+                return _Frame(_SUB, ci, ri, 0, 0, iter(range(len(alternatives))))
+            request = alternatives[si]
+            if request.all_mode and not claim.devices[request]:
+                return _FAIL
+            needed = claim.needed(request)
+            if di >= needed:
+                ri, si, di, in_sub = ri + 1, 0, 0, False
+                continue
+            if len(claim.results) + needed - di > RESULTS_MAX_SIZE:
+                return _FAIL
+            if request.all_mode:
+                return _Frame(_ALL, ci, ri, si, di, iter((None,)))
+            return _Frame(_EXACT, ci, ri, si, di, self._candidates(ci, request))
+
+    def _advance(self, frame: _Frame) -> _Frame | str | None:
+        """Apply the frame's next alternative; None when it has none left."""
+        claim = self.claims[frame.claim]
+        in_sub = claim.plan.has_subs[frame.request]
+        if frame.kind == _SUB:
+            for sub in frame.choices:
+                claim.selected[frame.request] = sub
+                return self._frame_at(frame.claim, frame.request, sub, 0, in_sub=True)
+            return None
+        request = claim.plan.requests[frame.request][frame.sub]
+        if frame.kind == _EXACT:
+            for candidate in frame.choices:
+                if self._take(claim, frame.claim, request, candidate, must=False):
+                    frame.taken.append(candidate)
+                    return self._frame_at(frame.claim, frame.request, frame.sub, frame.device + 1, in_sub=in_sub)
+            return None
+        devices = claim.devices[request]
+        for _ in frame.choices:
+            for candidate in devices[frame.device :]:
+                if not self._usable(frame.claim, request, candidate) or not self._take(
+                    claim, frame.claim, request, candidate, must=True
+                ):
+                    self._give_back(frame)
+                    return None
+                frame.taken.append(candidate)
+            return self._frame_at(frame.claim, frame.request, frame.sub, len(devices), in_sub=in_sub)
+        return None
+
+    def _candidates(self, ci: int, request: _Request) -> Iterator[Candidate]:
+        """Free devices for one slot of an ExactCount request, checked lazily against the search's state.
+
+        Each is checked just before it is yielded, and the search takes or skips it before asking
+        for the next, so what is yielded is free (``_take`` only checks the constraints).
+        """
+        claim = self.claims[ci]
+        picked_by = self.picked
+        in_use = self.in_use
+        matches = request.matches
+        admin = request.admin
+        for visible in self.pools:
+            if visible.invalid:
+                raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+            for candidate in visible.candidates:
+                picked = picked_by.get(candidate)
+                if admin:
+                    if picked and ci in picked:
+                        continue
+                elif picked or candidate.id in in_use:
+                    continue
+                selectable = matches.get(candidate)
+                if selectable is None:
+                    selectable = self.judge.selectable(claim.plan, request, candidate)
+                if selectable and not candidate.device.consumes_counters:
+                    yield candidate
+
+    def _usable(self, ci: int, request: _Request, candidate: Candidate) -> bool:
+        """Whether an All request's device is free for it (ExactCount's are checked as they are found)."""
+        picked = self.picked.get(candidate)
+        if request.admin:
+            if picked and ci in picked:
+                return False
+        elif picked or candidate.id in self.in_use:
+            return False
+        return not candidate.device.consumes_counters
+
+    def _take(self, claim: _ClaimSearch, ci: int, request: _Request, candidate: Candidate, *, must: bool) -> bool:
+        """Pick a free device for the request if the claim's constraints allow; undone by :meth:`_give_back`."""
+        if request.constraints:
+            trackers = claim.trackers
+            for n, i in enumerate(request.constraints):
+                if not trackers[i].add(candidate.device):
+                    if must:
+                        raise _AbortError(
+                            f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
+                            f"{candidate.id} because a claim constraint would not be satisfied"
+                        )
+                    for added in request.constraints[:n]:
+                        trackers[added].remove()
+                    return False
+        picked = self.picked.get(candidate)
+        if picked is None:
+            self.picked[candidate] = [ci]
+        else:
+            picked.append(ci)
+        claim.results.append((request, candidate))
+        return True
+
+    def _give_back(self, frame: _Frame) -> None:
+        """Undo what the frame's current alternative took, newest first."""
+        claim = self.claims[frame.claim]
+        request = claim.plan.requests[frame.request][frame.sub]
+        taken = frame.taken
+        while taken:
+            candidate = taken.pop()
+            for i in request.constraints:
+                claim.trackers[i].remove()
+            claims = self.picked[candidate]
+            claims.pop()
+            if not claims:
+                del self.picked[candidate]
+            claim.results.pop()
