@@ -10,6 +10,8 @@ share of cycles to keep their cost bounded, as kube-scheduler does.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -295,7 +297,8 @@ class Framework:
                         f"plugin {plugin.name} scored node {names[bad]} {scores[bad]}, outside 0-{MAX_NODE_SCORE}"
                     )
                     break
-                summed = [total + value * weight for total, value in zip(summed, scores, strict=True)]
+                weighted = scores if weight == 1 else map(operator.mul, scores, itertools.repeat(weight))
+                summed = list(map(operator.add, summed, weighted))  # C-level: nodes x score plugins
             totals = dict(zip(names, summed, strict=True))
         self._recorder.extension_point("Score", status_label(status), self.scheduler_name, self._timer() - started)
         return totals, status

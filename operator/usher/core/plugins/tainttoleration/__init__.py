@@ -12,6 +12,7 @@ the node with the most such taints scores 0, untainted nodes 100.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 DO_NOT_SCHEDULE = (NO_SCHEDULE, NO_EXECUTE)
+_TAINTS = operator.attrgetter("taints")
 
 
 def untolerated_reason(taint: Mapping[str, Any]) -> str:
@@ -82,7 +84,7 @@ class TaintToleration:
         return unschedulable(untolerated_reason(taint), resolvable=False)
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
-        if not any(node.taints for node in nodes):
+        if not any(map(_TAINTS, nodes)):  # C-level scan: this runs for every cycle
             return [None] * len(nodes)
         results: list[Status | None] = []
         for node in nodes:
@@ -101,7 +103,7 @@ class TaintToleration:
         return count_intolerable_prefer_no_schedule(node.taints, tolerations), SUCCESS
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
-        if not any(node.taints for node in nodes):
+        if not any(map(_TAINTS, nodes)):  # C-level scan: this runs for every cycle
             return [0] * len(nodes), SUCCESS
         return [self.score(state, pod, node)[0] if node.taints else 0 for node in nodes], SUCCESS
 
