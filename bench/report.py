@@ -12,6 +12,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,10 @@ def _bound(doc: dict[str, Any], phase: str) -> str:
     """What limited usher (PreQueueingHints on) in a phase, from where the CPU went.
 
     usher schedules on one Python thread, so a process busy close to one
-    core for the whole phase is bound by its own CPU; otherwise it waited
-    (on the API server, or on its own pacing).
+    core for the whole phase is bound by its own CPU. When usher, the API
+    server, etcd, the controller manager and the harness together keep the
+    machine's cores busy, the machine is the bound. Otherwise it waited (on
+    the API server, or on its own pacing).
     """
     run = doc["runs"].get("usher-pqh-on", {})
     data = run.get(phase) or {}
@@ -179,6 +182,13 @@ def _bound(doc: dict[str, Any], phase: str) -> str:
     api = (data.get("apiserver_cpu_s", 0) + data.get("etcd_cpu_s", 0)) / elapsed
     if usher >= 0.85:
         return f"usher's CPU: {usher:.2f} cores busy (one Python thread: at most ~1); API server + etcd {api:.2f}"
+    others = sum(data.get(key) or 0 for key in ("kcm_cpu_s", "harness_cpu_s", "other_cpu_s")) / elapsed
+    cores = doc.get("machine", {}).get("cpus") or os.cpu_count() or 1
+    if usher + api + others >= 0.9 * cores:
+        return (
+            f"the machine's {cores} cores: usher {usher:.2f}, API server + etcd {api:.2f}, "
+            f"controller manager + harness + other {others:.2f}"
+        )
     return f"not CPU: usher {usher:.2f} cores, API server + etcd {api:.2f}, waiting"
 
 
