@@ -55,27 +55,24 @@ class _Judge:
         if matches:
             self.check_deadline()
         driver = candidate.id.driver
-        for i, expression in enumerate(request.class_.selectors if matches else ()):
-            try:
-                if not self.evaluate(expression, device, driver):
-                    matches = False
-                    break
-            except Exception as exc:
-                self.memo.forget(expression)
-                raise _AbortError(
-                    f"class {request.class_.name}: selector #{i} {expression!r} on device {candidate.id}: "
-                    f"CEL runtime error: {exc}"
-                ) from exc
-        for i, expression in enumerate(request.selectors if matches else ()):
-            try:
-                if not self.evaluate(expression, device, driver):
-                    matches = False
-                    break
-            except Exception as exc:
-                self.memo.forget(expression)
-                raise _AbortError(
-                    f"claim {claim.claim.key}, request {request.name}: selector #{i} {expression!r} "
-                    f"on device {candidate.id}: CEL runtime error: {exc}"
-                ) from exc
+        # The class's selectors first, then the request's: the first false one decides.
+        for of_class, selectors in ((True, request.class_.selectors), (False, request.selectors)):
+            if not matches:
+                break
+            for i, expression in enumerate(selectors):
+                try:
+                    if not self.evaluate(expression, device, driver):
+                        matches = False
+                        break
+                except Exception as exc:
+                    self.memo.forget(expression)
+                    where = (
+                        f"class {request.class_.name}"
+                        if of_class
+                        else f"claim {claim.claim.key}, request {request.name}"
+                    )
+                    raise _AbortError(
+                        f"{where}: selector #{i} {expression!r} on device {candidate.id}: CEL runtime error: {exc}"
+                    ) from exc
         request.matches[candidate] = matches
         return matches
