@@ -1,7 +1,8 @@
 """The composition root: builds every part of a running usher and names every task.
 
     connect -> metrics, API client, dispatcher -> scheduler (cache + queue)
-    tasks: kopf operator (watches), initial sync (LISTs), scheduling loop, HTTP server (/metrics, /healthz, /readyz)
+    tasks: kopf operator (watches), initial sync (LISTs), then missed-deletion reconciliation (LISTs),
+           scheduling loop, HTTP server (/metrics, /healthz, /readyz)
 
 SIGINT/SIGTERM stop the operator, cancel the loop, let in-flight API calls
 finish briefly, and close every connection.
@@ -133,7 +134,7 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    initial_sync = watching.register(registry, scheduler)
+    watches = watching.register(registry, scheduler)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -172,7 +173,9 @@ async def run(options: RunOptions) -> None:
         name="kopf-operator",
     )
     # Marks the scheduler synced once kopf has delivered everything usher's own LIST saw.
-    sync_task = asyncio.create_task(initial_sync.run(watching.api_lister(api)), name="initial-sync")
+    lister = watching.api_lister(api)
+    sync_task = asyncio.create_task(watches.sync.run(lister), name="initial-sync")
+    reconcile_task: asyncio.Task[None] | None = None
     stop_task = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
         watched: set[asyncio.Task[Any]] = {stop_task, loop_task, operator_task, sync_task}
@@ -182,6 +185,9 @@ async def run(options: RunOptions) -> None:
             if done != {sync_task} or sync_task.exception() is not None:
                 break
             freeze_synced_heap()
+            # Runs until stopped; like the loop, it ends only by a bug, which stops usher.
+            reconcile_task = asyncio.create_task(watches.reconciler.run(lister), name="missed-deletions")
+            watched.add(reconcile_task)
         # kopf handles SIGINT/SIGTERM itself (replacing our handlers): its clean exit is a stop request.
         for task in done:
             if task is not stop_task and not task.cancelled() and task.exception() is not None:
@@ -192,6 +198,8 @@ async def run(options: RunOptions) -> None:
             operator_stop.set_result(None)
         loop_task.cancel()
         sync_task.cancel()
+        if reconcile_task is not None:
+            reconcile_task.cancel()
         stop_task.cancel()
         if leader_task is not None:
             leader_task.cancel()

@@ -129,7 +129,7 @@ async def run_kopf(
     registry = kopf.OperatorRegistry()
     sync = watching.register(
         registry, sink, settings=watching.SyncSettings(recheck=recheck, max_recheck=recheck, retry=0.001)
-    )
+    ).sync
     settings = kopf.OperatorSettings()
     watching.configure(settings)
     settings.queueing.exit_timeout = 0.1

@@ -14,12 +14,19 @@ kopf's ``@kopf.index`` handlers would give that guarantee for free, but their
 barrier costs CPU quadratic in the number of listed objects: every object's
 worker waits on one shared condition and each finished object wakes all the
 others (about 36 s of CPU for 4,000 pods before the first scheduling cycle).
+
+kopf re-lists a kind when its watch expires (410 Gone) but, unlike client-go's
+informers, never reports the objects deleted during the gap: `Reconciler`
+finds them with the same metadata-only LIST (see its docstring for why it
+never drops an object that exists) and hands the sink a DELETED for each,
+through the path kopf's own events take (`Holdings.deliver`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -132,29 +139,57 @@ class SyncSettings:
     """The longest wait before retrying a failed LIST."""
 
 
-def register(
-    registry: kopf.OperatorRegistry, sink: WatchSink, *, settings: SyncSettings = SyncSettings()
-) -> InitialSync:
-    """Register the handlers of one scheduler into a kopf registry.
+@dataclass(frozen=True, slots=True)
+class ReconcileSettings:
+    interval: float = 300.0
+    """Seconds between two rounds of looking for the deletions kopf missed (the first one after the sync)."""
+    jitter: float = 0.2
+    """Each wait is drawn within this fraction either side of ``interval``, so replicas do not list in step."""
+    confirm_after: float = 10.0
+    """Seconds between the LIST that lacks a held object and the LIST that confirms it gone.
 
-    The returned `InitialSync` must be run (`InitialSync.run`) for the sink ever to be marked synced.
+    Long enough for the watch to deliver a deletion it is merely late with (that is no missed deletion).
     """
+
+
+@dataclass(frozen=True, slots=True)
+class Watches:
+    """What `register` returns: the tasks the composition root runs next to kopf."""
+
+    sync: InitialSync
+    """Must run (`InitialSync.run`) for the sink ever to be marked synced."""
+    reconciler: Reconciler
+    """Runs once synced (`Reconciler.run`), to find the deletions kopf missed."""
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    sink: WatchSink,
+    *,
+    settings: SyncSettings = SyncSettings(),
+    reconcile: ReconcileSettings = ReconcileSettings(),
+    recorder: DeletionRecorder | None = None,
+) -> Watches:
+    """Register the handlers of one scheduler into a kopf registry."""
     sync = InitialSync(sink, KINDS, settings=settings)
 
     def dra(plural: str) -> Deliver:
         return lambda event_type, raw: sink.on_dra(plural, event_type, raw)
 
     deliveries: dict[str, Deliver] = {"pods": sink.on_pod, "nodes": sink.on_node, "namespaces": sink.on_namespace}
+    holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:
-        _watch(registry, sync, group, plural, deliveries.get(plural) or dra(plural))
-    return sync
+        _watch(registry, sync, holdings, group, plural)
+    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder))
 
 
-def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, group: str, plural: str, deliver: Deliver) -> None:
+def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holdings, group: str, plural: str) -> None:
+    deliver = holdings.deliver
+
     @kopf.on.event(group, "v1", plural, registry=registry, id=f"{plural}_event")
     async def on_event(event: kopf.RawEvent, **_: Any) -> None:
         raw = event["object"]  # the parsed JSON itself: no copy, no view
-        _deliver(deliver, plural, "DELETED" if event["type"] == "DELETED" else "MODIFIED", raw)
+        deliver(plural, "DELETED" if event["type"] == "DELETED" else "MODIFIED", raw)
         if not sync.synced:
             sync.delivered(plural, raw)
 
@@ -267,6 +302,152 @@ class InitialSync:
                 logger.warning("listing %s failed (retrying in %.0f s): %s", plural, delay, error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.settings.max_retry)
+
+
+Identity = tuple[str, str]
+"""(namespace, name): how the sink tells objects apart, whatever their uid."""
+
+Held = tuple[str, int, Mapping[str, Any]]
+"""What was last delivered of one object: its `object_key`, the delivery's sequence number, the object itself."""
+
+
+class Holdings:
+    """The objects the sink was handed and not told deleted, per kind: what a missed deletion leaves behind.
+
+    Every delivery, kopf's events and the reconciler's deletions alike, goes through
+    `deliver`, which numbers it: comparing numbers tells whether an object was
+    delivered after a given moment. Keyed by namespace/name like the sink, so an
+    object re-created under its name replaces the old one here as it does there.
+
+    Cost: one dict store per event, and a reference to the last version of each
+    object (the cache and the queue hold most of those anyway).
+    """
+
+    def __init__(self, deliveries: Mapping[str, Deliver]) -> None:
+        self._deliveries = dict(deliveries)
+        self.objects: dict[str, dict[Identity, Held]] = {plural: {} for plural in self._deliveries}
+        self.sequence = 0
+        """The number of the latest delivery, of any kind."""
+
+    def deliver(self, plural: str, event_type: str, raw: Mapping[str, Any]) -> None:
+        """Hand one event to the sink (``event_type`` is MODIFIED or DELETED) and remember what the sink holds."""
+        meta = raw.get("metadata") or {}
+        identity = (meta.get("namespace") or "", meta.get("name") or "")
+        self.sequence += 1
+        if event_type == "DELETED":
+            self.objects[plural].pop(identity, None)
+        else:
+            self.objects[plural][identity] = (object_key(meta), self.sequence, raw)
+        _deliver(self._deliveries[plural], plural, event_type, raw)
+
+
+class DeletionRecorder(Protocol):
+    def missed_deletion(self, kind: str) -> None:
+        """One object of ``kind`` (a plural) was found deleted though the watch never said so."""
+        ...
+
+
+class Reconciler:
+    """Delivers a DELETED for each object the sink holds that no longer exists: the deletions kopf missed.
+
+    kopf re-lists a kind after its watch expired and delivers what it finds,
+    but says nothing of the objects deleted in between (client-go's informers
+    would send DeletedFinalStateUnknown). Every ``interval`` seconds, each kind
+    is listed (metadata only, paginated) and a held object is declared gone
+    only when all of this holds:
+
+    1. its uid is absent from a LIST sent after its last delivery (that LIST is a
+       consistent snapshot taken after it was sent, and an object usher was handed
+       before it existed before it; uids are never reused, so absent means deleted);
+    2. nothing about it is delivered for ``confirm_after`` seconds and a second LIST
+       still lacks it: the watch gets time to report a deletion it is only late
+       with, and one wrong answer cannot drop an object.
+
+    Condition 2 is checked and the deletion delivered in one step of the event loop,
+    so no event can slip in between. An object re-created under the same name
+    while kopf was away is the same object to the sink: kopf's re-listing
+    delivers the new one (a newer delivery, so kept); if the reconciler is
+    first, the old one is deleted and kopf's delivery adds the new one after.
+
+    A failed LIST is logged and the kind is looked at again next round. The LISTs
+    yield to the event loop between pages; comparing them with what is held is one
+    pass over a kind's objects.
+    """
+
+    def __init__(
+        self,
+        holdings: Holdings,
+        kinds: Iterable[Kind],
+        *,
+        settings: ReconcileSettings = ReconcileSettings(),
+        recorder: DeletionRecorder | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.holdings = holdings
+        self.settings = settings
+        self._kinds = tuple(kinds)
+        self._recorder = recorder
+        self._rng = rng or random.Random()
+
+    async def run(self, lister: Lister) -> None:
+        """Look for missed deletions every ``interval`` seconds (jittered), until cancelled. Start it once synced."""
+        while True:
+            await asyncio.sleep(self.next_wait())
+            await self.round(lister)
+
+    def next_wait(self) -> float:
+        """Seconds until the next round: ``interval``, give or take ``jitter`` of it."""
+        spread = self.settings.interval * self.settings.jitter
+        return self.settings.interval + self._rng.uniform(-spread, spread)
+
+    async def round(self, lister: Lister) -> int:
+        """Look at every kind once; returns how many missed deletions were delivered."""
+        found = 0
+        for group, plural in self._kinds:
+            try:
+                found += await self._reconcile(lister, group, plural)
+            except Exception as error:
+                logger.warning("looking for missed deletions of %s failed (next round retries): %s", plural, error)
+        return found
+
+    async def _reconcile(self, lister: Lister, group: str, plural: str) -> int:
+        held = self.holdings.objects[plural]
+        if not held:
+            return 0
+        since = self.holdings.sequence
+        listed = await lister(group, plural)
+        if listed is None:  # not served (any more): nothing to compare with
+            return 0
+        suspects = self._missing(plural, since, listed)
+        if not suspects:
+            return 0
+        await asyncio.sleep(self.settings.confirm_after)
+        listed = await lister(group, plural)
+        if listed is None:
+            return 0
+        gone = suspects & self._missing(plural, since, listed)
+        for identity in sorted(gone):
+            key, _, raw = held[identity]
+            namespace, name = identity
+            logger.warning(
+                "%s %s was deleted without the watch saying so (uid %s): delivering its deletion now",
+                plural,
+                f"{namespace}/{name}" if namespace else name,
+                key,
+            )
+            self.holdings.deliver(plural, "DELETED", raw)
+            if self._recorder is not None:
+                self._recorder.missed_deletion(plural)
+        return len(gone)
+
+    def _missing(self, plural: str, since: int, listed: Collection[str]) -> set[Identity]:
+        """The held objects last delivered no later than delivery ``since`` whose key ``listed`` lacks."""
+        present = set(listed)
+        return {
+            identity
+            for identity, (key, sequence, _) in self.holdings.objects[plural].items()
+            if sequence <= since and key not in present
+        }
 
 
 class ListingError(RuntimeError):
