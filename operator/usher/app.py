@@ -134,7 +134,7 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    watches = watching.register(registry, scheduler)
+    watches = watching.register(registry, scheduler, recorder=metrics)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

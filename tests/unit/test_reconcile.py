@@ -19,6 +19,7 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from usher.adapters import watching
+from usher.adapters.metrics import Metrics
 
 NO_WAIT = watching.ReconcileSettings(interval=0.001, jitter=0.0, confirm_after=0.0)
 
@@ -306,3 +307,11 @@ def test_rounds_are_spread_by_the_jitter() -> None:
 
     assert all(240.0 <= wait <= 360.0 for wait in waits)
     assert max(waits) - min(waits) > 60.0
+
+
+def test_missed_deletions_are_counted_by_kind_in_prometheus() -> None:
+    metrics = Metrics()
+    metrics.missed_deletion("nodes")
+    metrics.missed_deletion("nodes")
+
+    assert 'usher_missed_deletions_total{kind="nodes"} 2.0' in metrics.exposition().decode()

@@ -3,7 +3,7 @@
 Each ``Metrics`` owns its own registry, so several schedulers (tests) can
 live in one process. Plugins and the core never touch this module: the core
 reports through small recorder protocols (QueueRecorder, FrameworkRecorder,
-the dispatcher's CallObserver) that this class implements, and the queue's
+the dispatcher's CallObserver, the watch's DeletionRecorder) that this class implements, and the queue's
 gauges are read from the queue when Prometheus scrapes, costing nothing per
 event.
 """
@@ -180,6 +180,13 @@ class Metrics:
             ["call_type"],
             registry=r,
         )
+        self.missed_deletions = Counter(
+            "usher_missed_deletions",
+            "Number of objects found deleted though the watch never reported their deletion (kopf re-listed "
+            "after an expired watch), by kind; usher then handled them as deleted. Not a kube-scheduler metric.",
+            ["kind"],
+            registry=r,
+        )
 
         # Labelled children by label values: ``labels()`` costs more than the observation itself,
         # and these are recorded on every event and (sampled) plugin call.
@@ -226,3 +233,8 @@ class Metrics:
 
     def pending_changed(self, call_type: str, delta: int) -> None:
         self.child(self.pending_async_api_calls, call_type).inc(delta)
+
+    # -- the watch's DeletionRecorder ---------------------------------------------
+
+    def missed_deletion(self, kind: str) -> None:
+        self.child(self.missed_deletions, kind).inc()
