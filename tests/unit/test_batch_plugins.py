@@ -198,3 +198,22 @@ def test_chunked_filtering_evaluates_exactly_the_nodes_a_sequential_filter_would
         assert result.feasible == min(want, sum(feasible))
         assert sampler.next_start == (start + expected) % len(nodes)
         assert len(result.node_statuses) == expected - result.feasible
+
+
+class _ForgetsToAnswer:
+    name = "Forgetful"
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        return None  # type: ignore[return-value]  # the plugin bug under test
+
+
+def test_a_per_node_filter_that_returns_nothing_rejects_with_an_error_instead_of_passing() -> None:
+    from usher.core.framework.runtime import PluginSet
+    from usher.core.plugins.queuesort import PrioritySort
+    from usher.core.types import Code
+
+    cache = Cache()
+    cache.add_or_update_node(make_node().name("n1").obj())
+    fw = Framework("usher", PluginSet(queue_sort=PrioritySort(), filter=[_ForgetsToAnswer()]))  # type: ignore[list-item]
+    [result] = fw.run_filter_nodes(CycleState(), PodInfo.from_api(make_pod().obj()), cache.node_infos())
+    assert result is not None and result.code is Code.ERROR and result.plugin == "Forgetful"

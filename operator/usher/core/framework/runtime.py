@@ -418,7 +418,12 @@ def _filter_batch(
         else:
             if len(statuses) == len(nodes):
                 return statuses
-    return [_guarded(check, state, pod, node) for node in nodes]
+    checked: list[Status | None] = []
+    for node in nodes:
+        status = _guarded(check, state, pod, node)
+        # None means "passes" only from a batch: a per-node filter must say so with a Status.
+        checked.append(status if isinstance(status, Status) else error("filter returned no Status"))
+    return checked
 
 
 def _score_batch(
