@@ -232,7 +232,7 @@ class InitialSync:
     mentions it. So while kopf delivers nothing that is awaited for ``recheck``
     seconds, the kinds still awaited are listed again and objects absent from the
     new LIST are no longer awaited (uids are never reused, so absent means deleted).
-    (The same covers kopf re-listing after an expired watch, which skips deletions.)
+    (A re-list by kopf before sync is covered the same way; after sync, `Reconciler` finds what it skips.)
 
     Cost: one set operation per event until synced, one LIST per kind; linear.
     """
