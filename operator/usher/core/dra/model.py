@@ -268,15 +268,7 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
             raise ModelError(f'{field}.capacity["{key}"].value: must be a quantity, got {amount!r}')
         domain, ident = _split_name(key, driver)
         capacity.setdefault(domain, {})[ident] = str(amount)
-    node_name = node_selector = None
-    all_nodes = False
-    if per_device:
-        node_name = _string(spec.get("nodeName"), f"{field}.nodeName", required=False) or None
-        if spec.get("nodeSelector") is not None:
-            node_selector = _node_selector(spec["nodeSelector"], f"{field}.nodeSelector")
-        all_nodes = spec.get("allNodes") is True
-        if (node_name is not None) + (node_selector is not None) + all_nodes > 1:
-            raise ModelError(f"{field}: at most one of nodeName, nodeSelector, allNodes may be set")
+    node_name, node_selector, all_nodes, _ = _node_access(spec, field) if per_device else (None, None, False, False)
     return Device(
         name=name,
         attributes=attributes,
@@ -287,6 +279,25 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         has_binding_conditions=bool(spec.get("bindingConditions")),
         consumes_counters=bool(spec.get("consumesCounters")),
     )
+
+
+def _node_access(
+    spec: Mapping[str, Any], field: str, *, slice_level: bool = False
+) -> tuple[str | None, Mapping[str, Any] | None, bool, bool]:
+    """(nodeName, nodeSelector, allNodes, perDeviceNodeSelection) of a slice or a device: at most one set.
+
+    Only a slice may say perDeviceNodeSelection; its devices then carry the other three.
+    """
+    node_name = _string(spec.get("nodeName"), f"{field}.nodeName", required=False) or None
+    node_selector = None
+    if spec.get("nodeSelector") is not None:
+        node_selector = _node_selector(spec["nodeSelector"], f"{field}.nodeSelector")
+    all_nodes = spec.get("allNodes") is True
+    per_device = slice_level and spec.get("perDeviceNodeSelection") is True
+    if (node_name is not None) + (node_selector is not None) + all_nodes + per_device > 1:
+        fields = "nodeName, nodeSelector, allNodes" + (", perDeviceNodeSelection" if slice_level else "")
+        raise ModelError(f"{field}: at most one of {fields} may be set")
+    return node_name, node_selector, all_nodes, per_device
 
 
 def parse_slice(raw: Mapping[str, Any]) -> Slice:
@@ -300,14 +311,7 @@ def parse_slice(raw: Mapping[str, Any]) -> Slice:
     slice_count = _integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=0)
     if slice_count < 1:
         raise ModelError(f"spec.pool.resourceSliceCount: must be at least 1, got {slice_count}")
-    node_name = _string(spec.get("nodeName"), "spec.nodeName", required=False) or None
-    node_selector = None
-    if spec.get("nodeSelector") is not None:
-        node_selector = _node_selector(spec["nodeSelector"], "spec.nodeSelector")
-    all_nodes = spec.get("allNodes") is True
-    per_device = spec.get("perDeviceNodeSelection") is True
-    if (node_name is not None) + (node_selector is not None) + all_nodes + per_device > 1:
-        raise ModelError("spec: at most one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection may be set")
+    node_name, node_selector, all_nodes, per_device = _node_access(spec, "spec", slice_level=True)
     devices = tuple(
         _device(d, f"spec.devices[{i}]", driver, per_device)
         for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
