@@ -1,8 +1,14 @@
 """The composition root: builds every part of a running usher and names every task.
 
-    connect -> metrics, API client, dispatcher -> scheduler (cache + queue)
+    connect -> metrics, API client, dispatcher, leader elector
+            -> build_scheduler: cache, DRA state, frameworks, queue, reporters,
+               scheduling and binding cycles, watch sink, loop
     tasks: kopf operator (watches), initial sync (LISTs), then missed-deletion reconciliation (LISTs),
-           scheduling loop, HTTP server (/metrics, /healthz, /readyz)
+           leader election, scheduling loop, HTTP server (/metrics, /healthz, /readyz)
+
+Only this module (and ``__main__``) creates adapters; every run-time piece in
+``usher.scheduling`` receives its ports here, so ``build_scheduler`` also
+builds a whole scheduler over fakes for unit tests.
 
 SIGINT/SIGTERM stop the operator, cancel the loop, let in-flight API calls
 finish briefly, and close every connection.
@@ -14,13 +20,16 @@ import asyncio
 import contextlib
 import gc
 import logging
+import random
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
 from usher.adapters import watching
+from usher.adapters.binding import DispatcherBinder
 from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
@@ -28,11 +37,31 @@ from usher.adapters.kubeapi import KubeApi
 from usher.adapters.leading import LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
-from usher.config import FeatureGates, SchedulerConfig
-from usher.core.clock import MonotonicClock
+from usher.config import FeatureGates, SchedulerConfig, build_framework
+from usher.core.cache import Cache
+from usher.core.clock import Clock, MonotonicClock
+from usher.core.cycle import NodeSampler
+from usher.core.dra.ports import ClaimWriter
+from usher.core.dra.state import DraState
+from usher.core.framework.interface import Binder
+from usher.core.framework.runtime import FrameworkRecorder
+from usher.core.handling import EventHandlers
+from usher.core.plugins.registry import Registry, in_tree_registry
+from usher.core.queue import QueueOptions, SchedulingQueue
+from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key
 from usher.explaining import explain, queue_summary
-from usher.runtime import Scheduler
+from usher.scheduling.attempts import Attempts
+from usher.scheduling.binding_cycle import BindingCycle
+from usher.scheduling.eventhandling import ClusterEvents
+from usher.scheduling.failures import FailureReporter, SchedulingFailures
+from usher.scheduling.loop import SchedulingLoop, Wakeup
+from usher.scheduling.notready import DEFAULT_DELAY, NotReadyReporter
+from usher.scheduling.podevents import PodEvents
+from usher.scheduling.ports import ApiWriter, SchedulingRecorder
+from usher.scheduling.scheduler import Scheduler
+from usher.scheduling.scheduling_cycle import SchedulingCycle
+from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +81,131 @@ class RunOptions:
     debug_endpoints: bool = False
     lease: LeaseSettings | None = None
     """Leader election on this Lease; None: this instance always schedules."""
+
+
+class Recorder(SchedulingRecorder, QueueRecorder, FrameworkRecorder, Protocol):
+    """Every recorder a scheduler reports to (``Metrics`` implements them all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginHandle:
+    """What plugin factories get (the framework ``Handle``): ports and shared state, built here."""
+
+    binder: Binder
+    waiting_pods: WaitingPods
+    cache: Cache
+    dra: DraState
+    claims: ClaimWriter
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.cache.namespace_labels(namespace)
+
+
+def build_scheduler(
+    config: SchedulerConfig,
+    gates: FeatureGates,
+    *,
+    clock: Clock,
+    recorder: Recorder,
+    writer: ApiWriter,
+    binder: Binder,
+    claim_writer: ClaimWriter,
+    leading: asyncio.Event,
+    registry: Registry | None = None,
+    seed: int | None = None,
+    status_delay: float = DEFAULT_DELAY,
+) -> Scheduler:
+    """Every piece of one scheduler, wired to the given ports; ``leading`` gates the loop."""
+    cache = Cache()
+    waiting_pods = WaitingPods()
+    dra = DraState()
+    handle = PluginHandle(binder=binder, waiting_pods=waiting_pods, cache=cache, dra=dra, claims=claim_writer)
+    registry = registry or in_tree_registry()
+    frameworks = {
+        profile.scheduler_name: build_framework(profile, registry=registry, handle=handle, recorder=recorder)
+        for profile in config.profiles
+    }
+    first = frameworks[config.profiles[0].scheduler_name]
+    assert first.plugins.queue_sort is not None
+    events = PodEvents(writer)
+    queue = SchedulingQueue(
+        clock,
+        profiles=frameworks,
+        sort_key=first.plugins.queue_sort.sort_key,
+        options=QueueOptions(
+            initial_backoff=config.pod_initial_backoff_seconds,
+            max_backoff=config.pod_max_backoff_seconds,
+            queueing_hints=gates.enabled("SchedulerQueueingHints"),
+            pre_queueing_hints=gates.enabled("SchedulerPreQueueingHints"),
+            pop_from_backoff_q=gates.enabled("SchedulerPopFromBackoffQ"),
+        ),
+        recorder=recorder,
+        reporter=(
+            NotReadyReporter(writer, events, delay=status_delay)
+            if gates.enabled("SchedulerPreEnqueuePodStatus")
+            else None
+        ),
+    )
+    wakeup = Wakeup()
+    synced = asyncio.Event()
+    attempts = Attempts()
+    failures = SchedulingFailures(
+        queue=queue,
+        reporter=FailureReporter(writer, events, clock),
+        attempts=attempts,
+        recorder=recorder,
+        clock=clock,
+        wake=wakeup,
+    )
+    rng = random.Random(seed)
+    scheduling = SchedulingCycle(
+        frameworks=frameworks,
+        cache=cache,
+        queue=queue,
+        waiting_pods=waiting_pods,
+        failures=failures,
+        recorder=recorder,
+        sampler=NodeSampler(config.percentage_of_nodes_to_score),
+        rng=rng,
+    )
+    binding = BindingCycle(
+        cache=cache,
+        queue=queue,
+        waiting_pods=waiting_pods,
+        failures=failures,
+        events=events,
+        recorder=recorder,
+        clock=clock,
+        wake=wakeup,
+    )
+    cluster_events = ClusterEvents(
+        handlers=EventHandlers(cache, queue, set(frameworks), dra=dra),
+        cache=cache,
+        writer=writer,
+        failures=failures,
+        recorder=recorder,
+        synced=synced,
+        wake=wakeup,
+    )
+    loop = SchedulingLoop(
+        queue=queue,
+        scheduling=scheduling,
+        binding=binding,
+        clock=clock,
+        synced=synced,
+        leading=leading,
+        wakeup=wakeup,
+    )
+    return Scheduler(
+        clock=clock,
+        cache=cache,
+        queue=queue,
+        frameworks=frameworks,
+        attempts=attempts,
+        events=cluster_events,
+        loop=loop,
+        synced=synced,
+    )
 
 
 class _Health(HealthSource):
@@ -115,16 +269,31 @@ async def run(options: RunOptions) -> None:
     metrics = Metrics()
     api = KubeApi(connection.async_config)
     dispatcher = Dispatcher(api, observer=metrics)
-    scheduler = Scheduler(
+
+    stop = asyncio.Event()
+    lost = False
+
+    def on_lost() -> None:
+        nonlocal lost
+        lost = True
+        stop.set()
+
+    elector = LeaderElector(options.lease, api, on_lost) if options.lease is not None else None
+    always = asyncio.Event()
+    always.set()
+    scheduler = build_scheduler(
         options.config,
-        gates=options.gates,
+        options.gates,
         clock=MonotonicClock(),
-        metrics=metrics,
-        dispatcher=dispatcher,
+        recorder=metrics,
+        writer=dispatcher,
+        binder=DispatcherBinder(dispatcher),
         claim_writer=DispatcherClaimWriter(dispatcher, api),
+        leading=elector.leading if elector is not None else always,
         seed=options.seed,
         status_delay=options.status_delay,
     )
+    metrics.watch_queue(scheduler.queue)
 
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()
@@ -134,30 +303,15 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    watches = watching.register(registry, scheduler, recorder=metrics)
+    watches = watching.register(registry, scheduler.events, recorder=metrics)
 
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
     dispatcher.start()
-    lost = False
-
-    def on_lost() -> None:
-        nonlocal lost
-        lost = True
-        stop.set()
-
-    leader_task: asyncio.Task[None] | None = None
-    elector: LeaderElector | None = None
-    if options.lease is not None:
-        elector = LeaderElector(options.lease, api, on_lost)
-        scheduler.leading = elector.leading
-        leader_task = asyncio.create_task(elector.run(), name="leader-election")
-    else:
-        scheduler.leading.set()
-    loop_task = asyncio.create_task(scheduler.run(), name="scheduling-loop")
+    leader_task = asyncio.create_task(elector.run(), name="leader-election") if elector is not None else None
+    loop_task = asyncio.create_task(scheduler.loop.run(), name="scheduling-loop")
     debug = _Debug(scheduler) if options.debug_endpoints else None
     runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task), debug), options.metrics_bind_address)
     logger.info("serving /metrics, /healthz and /readyz on port %d", port)

@@ -15,7 +15,7 @@ from usher.core.queue import QueuedPod, Where
 from usher.core.types import PodKey
 
 if TYPE_CHECKING:
-    from usher.runtime import Scheduler
+    from usher.scheduling.scheduler import Scheduler
 
 
 def state_of(queued: QueuedPod) -> str:
@@ -51,7 +51,7 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
         report["backoffExpiresInSeconds"] = round(max(0.0, queued.backoff_expiry - now), 3)
     if queued.gated:
         report["rejectedBy"] = [{"plugin": queued.gating_plugin, "messages": [queued.gating_message]}]
-    attempt = scheduler.last_attempts.get(key)
+    attempt = scheduler.attempts.last(key)
     if attempt is not None:
         if not queued.gated:
             report["rejectedBy"] = [{"plugin": p, "messages": m} for p, m in attempt.plugins.items()]

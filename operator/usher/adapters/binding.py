@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
-from usher.adapters.dispatching import ApiCall, Dispatcher, Request
+from usher.adapters.dispatching import SKIPPED, ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import binding_call_body, binding_path
-from usher.core.types import NodeName, PodInfo, Status, error
+from usher.core.types import Cause, NodeName, PodInfo, Status, error
 
 BINDING_RELEVANCE = 2
 """More than a status patch (reporting.STATUS_PATCH_RELEVANCE): a waiting patch is replaced by it."""
 
-ALREADY_BOUND = "pod is already bound"
-POD_GONE = "pod no longer exists"
-
 
 def binding_status(result: ApiResult) -> Status:
-    """What a pods/binding answer means for the binding cycle."""
-    if result.status == 0 and "superseded" in result.message:
-        return error(f"binding superseded: {result.message}")
+    """What a pods/binding answer means for the binding cycle, with a typed cause where it must act on it."""
+    if result is SKIPPED:
+        return error(f"binding superseded: {result.message}", Cause.SUPERSEDED)
     if result.ok:
         return Status()
     if result.status == 409:
-        # "pod X is already assigned to node Y" (or a UID precondition: a recreated pod).
-        return error(ALREADY_BOUND) if "already" in result.message else error(POD_GONE)
+        # "pod X is already assigned to node Y", or a UID precondition: a recreated pod.
+        return error(f"pod is bound already or was replaced: {result.message}", Cause.POD_CONFLICT)
     if result.status == 404:
-        return error(POD_GONE)
+        return error(f"pod no longer exists: {result.message}", Cause.POD_NOT_FOUND)
     return error(f"binding rejected: {result.message}")
 
 
 class DispatcherBinder:
+    """Binds through the dispatcher, which retries 429/5xx and answers with the final result."""
+
     def __init__(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher
 

@@ -11,11 +11,14 @@ event.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 def exponential_buckets(start: float, factor: float, count: int) -> list[float]:
@@ -76,6 +79,8 @@ class _QueueCollector(Collector):
 
 
 class Metrics:
+    """usher's metrics registry; implements every recorder protocol the core and the run-time pieces use."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -190,14 +195,15 @@ class Metrics:
 
         # Labelled children by label values: ``labels()`` costs more than the observation itself,
         # and these are recorded on every event and (sampled) plugin call.
-        self._children: dict[tuple[Any, ...], Any] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 
-    def child(self, metric: Any, *values: str) -> Any:
-        key = (id(metric), *values)
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, cached (a labelled child has its parent's type)."""
+        key = (id(metric), values)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*values)
-        return child
+        return child  # type: ignore[return-value]
 
     def watch_queue(self, queue: QueueState) -> None:
         """Report this queue's gauges (pending_pods, unschedulable_pods, inflight_events) at scrape time."""
@@ -205,6 +211,25 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    # -- SchedulingRecorder (usher.scheduling) -----------------------------------
+
+    def algorithm_finished(self, seconds: float) -> None:
+        self.scheduling_algorithm_duration.observe(seconds)
+
+    def attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        self.child(self.schedule_attempts, result, profile).inc()
+        self.child(self.scheduling_attempt_duration, result, profile).observe(seconds)
+
+    def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
+        if sli_seconds is not None:
+            self.child(self.pod_scheduling_sli_duration, str(attempts)).observe(sli_seconds)
+        self.pod_scheduling_attempts.observe(attempts)
+        if flushed:
+            self.pod_scheduled_after_flush.inc()
+
+    def event_handled(self, event: str, seconds: float) -> None:
+        self.child(self.event_handling_duration, event).observe(seconds)
 
     # -- QueueRecorder ---------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any, NewType
 
 from usher.core.resources import ResourceList, pod_requests
@@ -125,13 +125,31 @@ class Code(IntEnum):
     PENDING = 6
 
 
+class Cause(Enum):
+    """Why a binding-cycle API call failed, where the cycle must act on the kind of failure.
+
+    kube-scheduler keeps the API error inside its Status and asks it
+    (``apierrors.IsNotFound``); usher's Status carries this instead, so no
+    caller decides an outcome by matching message text.
+    """
+
+    POD_CONFLICT = "conflict"
+    """409: the pod is bound already (by an earlier life of ours, or another scheduler) or was replaced
+    by a pod of the same name (UID precondition): the watch says where it is; never bind again."""
+    POD_NOT_FOUND = "not found"
+    """404: the pod was deleted."""
+    SUPERSEDED = "superseded"
+    """The dispatcher dropped the call for a more relevant one about the same object."""
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A plugin's verdict: a code, human reasons, and the plugin that gave it."""
+    """A plugin's verdict: a code, human reasons, the plugin that gave it, and a typed cause for errors."""
 
     code: Code = Code.SUCCESS
     reasons: tuple[str, ...] = ()
     plugin: str = ""
+    cause: Cause | None = None
 
     @property
     def ok(self) -> bool:
@@ -146,7 +164,7 @@ class Status:
         return ", ".join(self.reasons)
 
     def with_plugin(self, plugin: str) -> Status:
-        return self if self.plugin == plugin else Status(self.code, self.reasons, plugin)
+        return self if self.plugin == plugin else Status(self.code, self.reasons, plugin, self.cause)
 
 
 SUCCESS = Status()
@@ -156,8 +174,8 @@ def unschedulable(*reasons: str, resolvable: bool = True) -> Status:
     return Status(Code.UNSCHEDULABLE if resolvable else Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons)
 
 
-def error(message: str) -> Status:
-    return Status(Code.ERROR, (message,))
+def error(message: str, cause: Cause | None = None) -> Status:
+    return Status(Code.ERROR, (message,), cause=cause)
 
 
 class QueueingHint(IntEnum):

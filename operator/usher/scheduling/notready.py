@@ -15,25 +15,26 @@ SchedulingGated condition with the same message is never patched).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from usher.adapters.dispatching import NO_OP, Dispatcher
+from usher.adapters.dispatching import NO_OP
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import condition_patch, condition_removal, pod_status_call
 from usher.core.queue import QueuedPod
 from usher.core.queue.queueing import NOT_READY_FOR_SCHEDULING
+from usher.scheduling.podevents import PodEvents
+from usher.scheduling.ports import ApiWriter
 
 DEFAULT_DELAY = 5.0
 
-EmitEvent = Callable[[Mapping[str, Any], str, str, str, str, str], None]
-"""(pod, type, reason, action, note, controller) -> None."""
-
 
 class NotReadyReporter:
-    def __init__(self, dispatcher: Dispatcher, emit_event: EmitEvent, *, delay: float = DEFAULT_DELAY) -> None:
-        self._dispatcher = dispatcher
-        self._emit_event = emit_event
+    """The queue's ``reporter``: delayed NotReadyForScheduling conditions and their Events."""
+
+    def __init__(self, writer: ApiWriter, events: PodEvents, *, delay: float = DEFAULT_DELAY) -> None:
+        self._writer = writer
+        self._events = events
         self._delay = delay
 
     def rejected(self, queued: QueuedPod, message: str) -> None:
@@ -46,13 +47,15 @@ class NotReadyReporter:
 
         def landed(result: ApiResult) -> None:
             if result.ok and result is not NO_OP:
-                self._emit_event(pod.raw, "Normal", NOT_READY_FOR_SCHEDULING, "Scheduling", message, pod.scheduler_name)
+                self._events.emit(
+                    pod.raw, "Normal", NOT_READY_FOR_SCHEDULING, "Scheduling", message, pod.scheduler_name
+                )
 
-        self._dispatcher.add(pod_status_call(pod.raw, patch_for, delay=self._delay, on_done=landed), current=pod.raw)
+        self._writer.add(pod_status_call(pod.raw, patch_for, delay=self._delay, on_done=landed), current=pod.raw)
 
     def cleared(self, queued: QueuedPod) -> None:
         def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
             return condition_removal(current, kind="PodScheduled", reason=NOT_READY_FOR_SCHEDULING)
 
         pod = queued.pod
-        self._dispatcher.add(pod_status_call(pod.raw, patch_for, delay=self._delay), current=pod.raw)
+        self._writer.add(pod_status_call(pod.raw, patch_for, delay=self._delay), current=pod.raw)

@@ -1,0 +1,111 @@
+"""The binding cycle of one assumed pod (the second half of kube-scheduler's schedule_one.go).
+
+Runs as its own asyncio task, so the scheduling loop never waits for the
+API server: wait at Permit (if a plugin asked to), PreBind, Bind, then
+PostBind. Success confirms the assumption in the cache and counts the pod
+scheduled. Failure unreserves, forgets the assumption and hands the pod to
+``SchedulingFailures``, except when the API server says the pod is bound
+already or gone (a typed ``Cause``): then the watch says where it went and
+the pod is never bound twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from usher.core.cache import Cache
+from usher.core.clock import Clock
+from usher.core.queue import SchedulingQueue
+from usher.core.types import Cause, Code, Status
+from usher.scheduling.failures import SchedulingFailures
+from usher.scheduling.podevents import PodEvents
+from usher.scheduling.ports import SchedulingRecorder
+from usher.scheduling.scheduling_cycle import Assumed
+from usher.scheduling.waiting_pods import WaitingPods
+
+logger = logging.getLogger(__name__)
+
+NOT_RETRIED = frozenset({Cause.POD_CONFLICT, Cause.POD_NOT_FOUND})
+"""Binding failures after which the pod is not queued again: the watch delivers its fate."""
+
+
+class BindingCycle:
+    """Binds assumed pods; one ``run`` per pod, each in a task of its own."""
+
+    def __init__(
+        self,
+        *,
+        cache: Cache,
+        queue: SchedulingQueue,
+        waiting_pods: WaitingPods,
+        failures: SchedulingFailures,
+        events: PodEvents,
+        recorder: SchedulingRecorder,
+        clock: Clock,
+        wake: Callable[[], None],
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._cache = cache
+        self._queue = queue
+        self._waiting_pods = waiting_pods
+        self._failures = failures
+        self._events = events
+        self._recorder = recorder
+        self._clock = clock
+        self._wake = wake
+        self._timer = timer
+
+    async def run(self, assumed: Assumed) -> None:
+        pod = assumed.queued.pod
+        framework, state, node = assumed.framework, assumed.state, assumed.node
+        status = Status()
+        if assumed.permit is not None:
+            try:
+                async with asyncio.timeout(assumed.permit.timeout):
+                    status = await assumed.permit.future
+            except TimeoutError:
+                status = Status(
+                    Code.UNSCHEDULABLE,
+                    (f"rejected due to timeout after waiting {assumed.permit.timeout:g}s at permit",),
+                )
+            finally:
+                self._waiting_pods.release(pod.key)
+        if status.ok:
+            status = await framework.run_pre_bind(state, pod, node)
+        if status.ok:
+            status = await framework.run_bind(state, pod, node)
+        if status.ok:
+            self._cache.finish_binding(pod.key, self._clock.now())
+            self._queue.done(pod.key)
+            framework.run_post_bind(state, pod, node)
+            self._scheduled(assumed)
+        else:
+            framework.run_unreserve(state, pod, node)
+            self._cache.forget(pod.key)
+            if status.cause in NOT_RETRIED:
+                logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
+                self._queue.done(pod.key)
+            else:
+                logger.warning("binding pod %s to %s failed: %s", pod.key, node, status.message)
+                self._failures.rejected(assumed.queued, framework.scheduler_name, assumed.started, status)
+        self._wake()
+
+    def _scheduled(self, assumed: Assumed) -> None:
+        queued, node = assumed.queued, assumed.node
+        pod = queued.pod
+        profile = assumed.framework.scheduler_name
+        self._failures.forget(pod.key)
+        self._recorder.attempt_finished("scheduled", profile, self._timer() - assumed.started)
+        first = queued.initial_attempt_timestamp
+        self._recorder.pod_scheduled(
+            attempts=queued.attempts,
+            sli_seconds=None if first is None else self._clock.now() - first,
+            flushed=queued.flushed,
+        )
+        logger.info("pod %s bound to %s", pod.key, node)
+        self._events.emit(
+            pod.raw, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}", profile
+        )

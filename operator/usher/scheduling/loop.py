@@ -1,0 +1,105 @@
+"""The scheduling loop (kube-scheduler's scheduler.go ``Run``/``ScheduleOne``): pop, schedule, hand off.
+
+One coroutine on the one event loop. It starts once the cache is synced and
+pops pods only while this instance leads. For each pod it runs the
+scheduling cycle (bounded CPU work) and starts the binding cycle as a task,
+then moves on without waiting for the API server. It yields to the watch
+handlers and API results every few pods, and sleeps until woken (an event,
+a finished binding) or until the queue's next backoff or flush is due.
+
+    synced? -> leading? -> queue.pop() -> SchedulingCycle.run -> Assumed
+                                                  -> task: BindingCycle.run
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from usher.core.clock import Clock
+from usher.core.queue import SchedulingQueue
+from usher.scheduling.binding_cycle import BindingCycle
+from usher.scheduling.scheduling_cycle import SchedulingCycle
+
+logger = logging.getLogger(__name__)
+
+YIELD_EVERY = 16
+"""Pods scheduled back to back before the loop lets watch handlers and API results run."""
+
+
+class Wakeup:
+    """Wakes the loop: something may have made a pod poppable (or the lease came back)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.event.set()
+
+
+class SchedulingLoop:
+    """Pops pods while leading, runs their scheduling cycles and starts their binding cycles."""
+
+    def __init__(
+        self,
+        *,
+        queue: SchedulingQueue,
+        scheduling: SchedulingCycle,
+        binding: BindingCycle,
+        clock: Clock,
+        synced: asyncio.Event,
+        leading: asyncio.Event,
+        wakeup: Wakeup,
+    ) -> None:
+        self._queue = queue
+        self._scheduling = scheduling
+        self._binding = binding
+        self._clock = clock
+        self._synced = synced
+        self._leading = leading
+        self._wakeup = wakeup
+        self._binding_tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def binding_tasks(self) -> int:
+        """Binding cycles still running."""
+        return len(self._binding_tasks)
+
+    async def run(self) -> None:
+        """Schedule pods until cancelled."""
+        await self._synced.wait()
+        await self._leading.wait()
+        logger.info("scheduling pods")
+        streak = 0
+        while True:
+            self._queue.flush()
+            if not self._leading.is_set():  # lease lost: not one more pod
+                await self._leading.wait()
+                continue
+            queued = self._queue.pop()
+            if queued is None:
+                streak = 0
+                self._wakeup.event.clear()
+                timeout = max(0.0, self._queue.next_wakeup() - self._clock.now())
+                # asyncio.timeout, not wait_for: no helper task that kopf's shutdown would cancel.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._wakeup.event.wait()
+                continue
+            try:
+                assumed = self._scheduling.run(queued)
+            except Exception:
+                # A bug must cost one attempt of one pod, never the scheduler: back off and retry.
+                logger.exception("scheduling pod %s failed unexpectedly", queued.key)
+                self._scheduling.abandon(queued)
+                assumed = None
+            if assumed is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self._binding.run(assumed), name=f"binding-cycle {queued.key}"
+                )
+                self._binding_tasks.add(task)
+                task.add_done_callback(self._binding_tasks.discard)
+            streak += 1
+            if streak % YIELD_EVERY == 0:
+                await asyncio.sleep(0)

@@ -1,0 +1,68 @@
+"""What the run-time pieces need from the outside world, as protocols.
+
+The composition root (``usher.app``) hands each piece its adapters through
+these: the dispatcher as an ``ApiWriter``, the Prometheus metrics as a
+``SchedulingRecorder``. Unit tests hand them fakes, so the loop and both
+cycles run without an API server or a metrics registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from usher.adapters.dispatching import ApiCall
+
+
+class ApiWriter(Protocol):
+    """The asynchronous write path (the dispatcher): queue a call and return at once."""
+
+    def add(self, call: ApiCall, current: Mapping[str, Any] | None = None) -> None:
+        """Queue ``call``; ``current`` is the newest known version of its object."""
+        ...
+
+    def sync_object(self, key: str, obj: Mapping[str, Any]) -> None:
+        """A newer version of an object seen by the watch."""
+        ...
+
+    def forget_object(self, key: str) -> None:
+        """The object is gone: drop what was queued about it."""
+        ...
+
+
+class SchedulingRecorder(Protocol):
+    """kube-scheduler's scheduling metrics, recorded by the cycles and the event handlers."""
+
+    def algorithm_finished(self, seconds: float) -> None:
+        """scheduler_scheduling_algorithm_duration_seconds."""
+        ...
+
+    def attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        """scheduler_schedule_attempts_total and scheduler_scheduling_attempt_duration_seconds;
+        ``result`` is scheduled, unschedulable or error."""
+        ...
+
+    def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
+        """scheduler_pod_scheduling_attempts, scheduler_pod_scheduling_sli_duration_seconds (when the
+        first attempt's time is known) and scheduler_pod_scheduled_after_flush_total."""
+        ...
+
+    def event_handled(self, event: str, seconds: float) -> None:
+        """scheduler_event_handling_duration_seconds."""
+        ...
+
+
+class SilentRecorder:
+    """A ``SchedulingRecorder`` that records nothing."""
+
+    def algorithm_finished(self, seconds: float) -> None:
+        pass
+
+    def attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        pass
+
+    def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
+        pass
+
+    def event_handled(self, event: str, seconds: float) -> None:
+        pass

@@ -1,0 +1,32 @@
+"""A running scheduler's parts, as the composition root built them: what `usher explain` and the
+health checks read. It has no behaviour of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from usher.core.cache import Cache
+from usher.core.clock import Clock
+from usher.core.framework.runtime import Framework
+from usher.core.queue import SchedulingQueue
+from usher.scheduling.attempts import Attempts
+from usher.scheduling.eventhandling import ClusterEvents
+from usher.scheduling.loop import SchedulingLoop
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """The cache, the queue, the profiles' frameworks, the loop and the watch sink of one usher."""
+
+    clock: Clock
+    cache: Cache
+    queue: SchedulingQueue
+    frameworks: Mapping[str, Framework]
+    attempts: Attempts
+    events: ClusterEvents
+    """The ``WatchSink`` the kopf handlers feed."""
+    loop: SchedulingLoop
+    synced: asyncio.Event
+    """Set once the cache holds everything the initial LIST saw."""

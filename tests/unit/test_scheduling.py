@@ -1,0 +1,312 @@
+"""The run-time pieces (loop, scheduling and binding cycles, failure reporting) over fakes of their ports.
+
+The scheduler is built by the composition root's ``build_scheduler`` exactly
+as ``usher run`` builds it, with the real core (cache, queue, plugins) and
+fakes only where the API server and Prometheus would be: a writer that keeps
+the calls it is given, a binder that answers as the test says, a recorder
+that keeps what it is told. No test sleeps: the loop runs as a task and the
+test yields to it until a condition holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.builders import make_node, make_pod
+from tests.frameworks import RecordingClaimWriter
+from usher.adapters.dispatching import ApiCall
+from usher.app import build_scheduler
+from usher.config import default_config, parse_feature_gates
+from usher.core.clock import FakeClock
+from usher.core.types import Cause, NodeName, PodInfo, PodKey, Status, error
+from usher.scheduling.scheduler import Scheduler
+
+
+@dataclass
+class RecordingWriter:
+    """The dispatcher's place: keeps every call (Events and status patches) in order."""
+
+    calls: list[ApiCall] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+
+    def add(self, call: ApiCall, current: Mapping[str, Any] | None = None) -> None:
+        self.calls.append(call)
+
+    def sync_object(self, key: str, obj: Mapping[str, Any]) -> None:
+        pass
+
+    def forget_object(self, key: str) -> None:
+        self.forgotten.append(key)
+
+    def events(self, reason: str) -> list[Mapping[str, Any]]:
+        bodies = [call.build(None) for call in self.calls if call.call_type == "event"]
+        return [r.body for r in bodies if r is not None and isinstance(r.body, Mapping) and r.body["reason"] == reason]
+
+    def conditions(self, pod: str) -> list[Mapping[str, Any]]:
+        found = []
+        for call in self.calls:
+            if call.call_type == "pod_status_patch" and call.object_key == pod:
+                request = call.build(None)
+                assert request is not None and isinstance(request.body, Mapping)
+                found.extend(request.body["status"]["conditions"])
+        return found
+
+
+@dataclass
+class ScriptedBinder:
+    """Binds by answering with the next scripted status (Success once the script runs out)."""
+
+    answers: list[Status] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def bind(self, pod: PodInfo, node: NodeName) -> Status:
+        self.calls.append((pod.key, node))
+        return self.answers.pop(0) if self.answers else Status()
+
+
+@dataclass
+class RecordingRecorder:
+    """Every recorder protocol; keeps the scheduling outcomes it is told."""
+
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+    scheduled: list[tuple[int, bool]] = field(default_factory=list)
+    handled: list[str] = field(default_factory=list)
+    algorithm_runs: int = 0
+
+    def algorithm_finished(self, seconds: float) -> None:
+        self.algorithm_runs += 1
+
+    def attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        self.attempts.append((result, profile))
+
+    def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
+        self.scheduled.append((attempts, flushed))
+
+    def event_handled(self, event: str, seconds: float) -> None:
+        self.handled.append(event)
+
+    def incoming(self, queue: str, event: str) -> None:
+        pass
+
+    def hint_evaluated(self, plugin: str, event: str, hint: str, seconds: float) -> None:
+        pass
+
+    def pre_hint_evaluated(self, plugin: str, result: str) -> None:
+        pass
+
+    def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None:
+        pass
+
+    def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None:
+        pass
+
+
+@dataclass
+class Harness:
+    scheduler: Scheduler
+    clock: FakeClock
+    writer: RecordingWriter
+    binder: ScriptedBinder
+    recorder: RecordingRecorder
+    leading: asyncio.Event
+
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Yield to the loop and its tasks until ``condition`` holds (bounded in rounds, not time)."""
+        for _ in range(10_000):
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"never happened: {what}")
+
+    async def idle(self) -> None:
+        """Let every ready task run to its next wait."""
+        for _ in range(200):
+            await asyncio.sleep(0)
+
+    def nodes(self, *names: str, cpu: str = "2") -> None:
+        for name in names:
+            node = make_node().name(name).capacity(cpu=cpu, memory="4Gi", pods=110).obj()
+            self.scheduler.events.on_node("ADDED", node)
+
+    def pod(self, raw: dict[str, Any]) -> PodKey:
+        self.scheduler.events.on_pod("ADDED", raw)
+        meta = raw["metadata"]
+        return PodKey(f"{meta['namespace']}/{meta['name']}")
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    clock = FakeClock()
+    writer = RecordingWriter()
+    binder = ScriptedBinder()
+    recorder = RecordingRecorder()
+    leading = asyncio.Event()
+    leading.set()
+    scheduler = build_scheduler(
+        default_config(),
+        parse_feature_gates(None),
+        clock=clock,
+        recorder=recorder,
+        writer=writer,
+        binder=binder,
+        claim_writer=RecordingClaimWriter(),
+        leading=leading,
+        seed=1,
+    )
+    scheduler.events.mark_synced()
+    task = asyncio.create_task(scheduler.loop.run())
+    yield Harness(scheduler, clock, writer, binder, recorder, leading)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_a_pod_that_fits_is_bound_reported_scheduled_and_counted(harness: Harness) -> None:
+    harness.nodes("n1")
+    key = harness.pod(make_pod().name("p").req(cpu="1").obj())
+
+    await harness.until(lambda: harness.recorder.scheduled != [], "the pod is scheduled")
+
+    assert harness.binder.calls == [(key, "n1")]
+    assert harness.scheduler.cache.node_of(key) == "n1"
+    assert harness.scheduler.queue.get(key) is None
+    assert harness.recorder.attempts == [("scheduled", "usher")]
+    assert harness.recorder.scheduled == [(1, False)]
+    assert [e["note"] for e in harness.writer.events("Scheduled")] == ["Successfully assigned default/p to n1"]
+    assert "PodAdd" in harness.recorder.handled and "NodeAdd" in harness.recorder.handled
+
+
+async def test_a_follower_pops_nothing_until_it_leads(harness: Harness) -> None:
+    harness.leading.clear()
+    harness.nodes("n1")
+    key = harness.pod(make_pod().name("p").obj())
+    await harness.idle()
+
+    assert harness.binder.calls == []
+    assert harness.recorder.algorithm_runs == 0
+
+    harness.leading.set()
+    await harness.until(lambda: harness.binder.calls != [], "the new leader binds")
+    assert harness.binder.calls == [(key, "n1")]
+
+
+async def test_an_unschedulable_pod_is_requeued_and_reported_once_a_minute(harness: Harness) -> None:
+    harness.nodes("n1", cpu="1")
+    key = harness.pod(make_pod().name("big").req(cpu="4").obj())
+
+    await harness.until(lambda: harness.recorder.attempts != [], "the attempt fails")
+
+    assert harness.recorder.attempts == [("unschedulable", "usher")]
+    queued = harness.scheduler.queue.get(key)
+    assert queued is not None and queued.unschedulable_plugins == {"NodeResourcesFit"}
+    message = "0/1 nodes are available: 1 Insufficient cpu."
+    assert [e["note"] for e in harness.writer.events("FailedScheduling")] == [message]
+    assert harness.writer.conditions(key)[-1]["reason"] == "Unschedulable"
+    record = harness.scheduler.attempts.last(key)
+    assert record is not None and record.nodes == {"n1": "Insufficient cpu"}
+
+
+async def test_the_same_failure_is_reported_by_an_event_at_most_once_a_minute(harness: Harness) -> None:
+    harness.nodes("n1")
+    harness.binder.answers = [error("binding rejected: etcd is down")] * 3
+    key = harness.pod(make_pod().name("p").obj())
+    await harness.until(lambda: len(harness.recorder.attempts) == 1, "the first binding fails")
+
+    harness.clock.advance(30)  # past the backoff, within the minute
+    harness.nodes("n1")  # any event wakes the loop
+    await harness.until(lambda: len(harness.recorder.attempts) == 2, "the second binding fails")
+    assert len(harness.writer.events("FailedScheduling")) == 1
+    assert len(harness.writer.conditions(key)) == 2  # the condition is re-asserted every time
+
+    harness.clock.advance(31)  # a minute after the first report: news again
+    harness.nodes("n1")
+    await harness.until(lambda: len(harness.recorder.attempts) == 3, "the third binding fails")
+    assert len(harness.writer.events("FailedScheduling")) == 2
+
+
+async def test_a_pod_bound_elsewhere_or_deleted_is_not_retried_nor_reported(harness: Harness) -> None:
+    harness.nodes("n1")
+    harness.binder.answers = [error("pod is bound already", Cause.POD_CONFLICT)]
+    key = harness.pod(make_pod().name("p").obj())
+
+    await harness.until(lambda: harness.binder.calls != [], "the binding is tried")
+    await harness.idle()
+
+    assert harness.scheduler.queue.get(key) is None
+    assert harness.scheduler.cache.node_of(key) is None
+    assert harness.writer.events("FailedScheduling") == []
+    assert harness.recorder.attempts == []
+
+
+async def test_a_failed_binding_forgets_the_assumption_and_retries_the_pod(harness: Harness) -> None:
+    harness.nodes("n1")
+    harness.binder.answers = [error("binding rejected: etcd is down")]
+    key = harness.pod(make_pod().name("p").obj())
+
+    await harness.until(lambda: harness.recorder.attempts != [], "the binding fails")
+
+    assert harness.recorder.attempts == [("error", "usher")]
+    assert harness.scheduler.cache.node_of(key) is None
+    assert harness.scheduler.queue.get(key) is not None
+    notes = [e["note"] for e in harness.writer.events("FailedScheduling")]
+    assert notes == ["binding rejected: etcd is down"]
+
+    harness.clock.advance(11)  # past the maximum backoff
+    harness.nodes("n2")
+    await harness.until(lambda: harness.recorder.scheduled != [], "the retry binds")
+    assert harness.recorder.scheduled == [(2, False)]
+
+
+async def test_a_bug_in_one_cycle_costs_that_pod_one_attempt_not_the_loop(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.nodes("n1")
+    real = harness.scheduler.cache.node_infos
+    calls = 0
+
+    def broken_once() -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug")
+        return real()
+
+    monkeypatch.setattr(harness.scheduler.cache, "node_infos", broken_once)
+    first = harness.pod(make_pod().name("unlucky").obj())
+    await harness.until(lambda: calls == 1, "the first cycle raises")
+    second = harness.pod(make_pod().name("next").obj())
+
+    await harness.until(lambda: (second, "n1") in harness.binder.calls, "the next pod is still scheduled")
+    assert harness.scheduler.queue.get(first) is not None
+
+
+async def test_a_malformed_pod_is_reported_on_the_pod_and_the_loop_goes_on(harness: Harness) -> None:
+    harness.nodes("n1")
+    bad = harness.pod(make_pod().name("bad").req(cpu="lots").obj())
+    good = harness.pod(make_pod().name("good").obj())
+
+    await harness.until(lambda: harness.binder.calls != [], "the good pod is bound")
+
+    assert harness.binder.calls == [(good, "n1")]
+    notes = [e["note"] for e in harness.writer.events("FailedScheduling")]
+    assert len(notes) == 1 and notes[0].startswith("pod cannot be scheduled:")
+    assert harness.writer.conditions(bad)[-1]["reason"] == "Unschedulable"
+
+
+async def test_a_deleted_pod_is_forgotten_by_the_writer_and_the_explain_records(harness: Harness) -> None:
+    harness.nodes("n1", cpu="1")
+    raw = make_pod().name("big").req(cpu="4").obj()
+    key = harness.pod(raw)
+    await harness.until(lambda: harness.scheduler.attempts.last(key) is not None, "the attempt fails")
+
+    harness.scheduler.events.on_pod("DELETED", raw)
+
+    assert harness.scheduler.attempts.last(key) is None
+    assert harness.writer.forgotten == [key]
+    assert harness.scheduler.queue.get(key) is None
