@@ -72,6 +72,8 @@ class LeadershipLostError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
+    """Everything ``usher run`` was told, validated by the CLI before anything connects."""
+
     config: SchedulerConfig
     gates: FeatureGates
     kubeconfig: str | None = None

@@ -21,6 +21,8 @@ def claim_path(namespace: str, name: str) -> str:
 
 
 class DispatcherClaimWriter:
+    """The DRA ``ClaimWriter`` port: ResourceClaim status and binding writes through the dispatcher."""
+
     def __init__(self, dispatcher: Dispatcher, api: KubeApi) -> None:
         self._dispatcher = dispatcher
         self._api = api

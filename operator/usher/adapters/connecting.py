@@ -24,6 +24,8 @@ class CredentialsError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Connection:
+    """Credentials for one cluster: the async client's and kopf's configuration, and where they came from."""
+
     sync_config: kubernetes.client.Configuration
     async_config: kubernetes.aio.client.Configuration
     source: str

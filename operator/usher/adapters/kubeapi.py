@@ -18,6 +18,8 @@ import kubernetes.aio.client
 
 @dataclass(frozen=True, slots=True)
 class ApiResult:
+    """An API server's answer: HTTP status (0 when never sent), decoded body and headers."""
+
     status: int
     body: Mapping[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)

@@ -26,6 +26,8 @@ def exponential_buckets(start: float, factor: float, count: int) -> list[float]:
 
 
 class QueueState(Protocol):
+    """What the scheduling queue exposes for its gauges, read at scrape time."""
+
     def pending(self) -> dict[str, int]: ...
 
     def unschedulable_by_plugin(self) -> Mapping[tuple[str, str], int]: ...

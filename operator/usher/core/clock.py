@@ -10,12 +10,16 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    """Monotonic time in seconds, injected so tests move it by hand."""
+
     def now(self) -> float:
         """Seconds on a monotonic scale."""
         ...
 
 
 class MonotonicClock:
+    """The real clock: ``time.monotonic``."""
+
     def now(self) -> float:
         return time.monotonic()
 

@@ -2,7 +2,7 @@
 
 The caller owns the cache, the queue and the API: it assumes the pod on the
 chosen node, runs Reserve/Permit and hands the binding cycle to the event
-loop. Node sampling follows kube-scheduler (reference section 8): under 100
+loop. Node sampling follows kube-scheduler (numFeasibleNodesToFind): under 100
 nodes every node is filtered; above, filtering stops once enough feasible
 nodes were found, starting where the previous cycle stopped. Ties are broken
 by a seeded random choice, so a run can be replayed.

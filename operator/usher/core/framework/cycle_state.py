@@ -6,6 +6,8 @@ from typing import Any
 
 
 class CycleState:
+    """Per-attempt scratch space plugins share between extension points (kube-scheduler's CycleState)."""
+
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter_plugins: set[str] = set()

@@ -54,6 +54,8 @@ PreQueueingHintFn = Callable[[Any, Any], PreQueueingHintResult]
 
 @dataclass(frozen=True, slots=True)
 class ClusterEventWithHint:
+    """A cluster event a plugin registers, with the hints that decide whether it can help a rejected pod."""
+
     event: ClusterEvent
     hint: QueueingHintFn | None = None
     pre_hint: PreQueueingHintFn | None = None
@@ -78,12 +80,16 @@ MAX_NODE_SCORE = 100
 
 @runtime_checkable
 class Plugin(Protocol):
+    """Every plugin has a name; what else it implements is found by ``isinstance`` on the protocols below."""
+
     @property
     def name(self) -> str: ...
 
 
 @runtime_checkable
 class PreEnqueuePlugin(Plugin, Protocol):
+    """Decides whether a pod may enter activeQ at all (gates, missing claims)."""
+
     def pre_enqueue(self, pod: PodInfo) -> Status:
         """May this pod enter the active queue at all? A rejection parks it as gated."""
         ...
@@ -91,6 +97,8 @@ class PreEnqueuePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Plugin, Protocol):
+    """Orders activeQ."""
+
     def sort_key(self, queued: QueuedPod) -> tuple[Any, ...]:
         """Pods with smaller keys pop first (kube-scheduler's ``Less`` as a key)."""
         ...
@@ -98,6 +106,8 @@ class QueueSortPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class EnqueueExtensions(Plugin, Protocol):
+    """Registers the cluster events that may make a pod this plugin rejected schedulable."""
+
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         """Cluster events that may make a pod this plugin rejected schedulable."""
         ...
@@ -105,6 +115,8 @@ class EnqueueExtensions(Plugin, Protocol):
 
 @runtime_checkable
 class PreFilterPlugin(Plugin, Protocol):
+    """Computes per-pod state once per cycle and may narrow the nodes worth filtering."""
+
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status]: ...
@@ -112,11 +124,15 @@ class PreFilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class FilterPlugin(Plugin, Protocol):
+    """Decides whether the pod fits one node."""
+
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status: ...
 
 
 @runtime_checkable
 class BatchFilterPlugin(FilterPlugin, Protocol):
+    """A Filter that decides many nodes in one call; must answer exactly as ``filter`` per node."""
+
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """``filter`` for many nodes in one call: None where it would succeed, else its Status.
 
@@ -130,21 +146,29 @@ class BatchFilterPlugin(FilterPlugin, Protocol):
 
 @runtime_checkable
 class PostFilterPlugin(Plugin, Protocol):
+    """Runs when no node fits (preemption's extension point)."""
+
     def post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status: ...
 
 
 @runtime_checkable
 class PreScorePlugin(Plugin, Protocol):
+    """Computes per-pod state once before scoring the feasible nodes."""
+
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status: ...
 
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
+    """Scores one feasible node; higher is better."""
+
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]: ...
 
 
 @runtime_checkable
 class BatchScorePlugin(ScorePlugin, Protocol):
+    """A Score that scores many nodes in one call; must answer exactly as ``score`` per node."""
+
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
         """``score`` for many nodes in one call: the scores in ``nodes``' order, or the first failure.
 
@@ -156,6 +180,8 @@ class BatchScorePlugin(ScorePlugin, Protocol):
 
 @runtime_checkable
 class ScoreNormalizer(Plugin, Protocol):
+    """Rescales a plugin's raw scores of all nodes to 0..MAX_NODE_SCORE."""
+
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         """Rescale this plugin's raw scores to 0..MAX_NODE_SCORE in place."""
         ...
@@ -163,6 +189,8 @@ class ScoreNormalizer(Plugin, Protocol):
 
 @runtime_checkable
 class ReservePlugin(Plugin, Protocol):
+    """Claims resources for the pod on the chosen node in usher's state; Unreserve gives them back."""
+
     def reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status: ...
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None: ...
@@ -170,6 +198,8 @@ class ReservePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
+    """Approves, rejects or holds (Wait) the pod before its binding cycle."""
+
     def permit(self, state: CycleState, pod: PodInfo, node: NodeName) -> tuple[Status, float]:
         """Success, a rejection, or Wait with a timeout in seconds."""
         ...
@@ -177,11 +207,15 @@ class PermitPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
+    """Writes what must exist before the binding (claim allocations), in the binding cycle."""
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status: ...
 
 
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
+    """Binds the pod to the node (or Skips to let the next bind plugin do it)."""
+
     async def bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
         """Bind, or return a Skip status to let the next bind plugin do it."""
         ...
@@ -189,6 +223,8 @@ class BindPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PostBindPlugin(Plugin, Protocol):
+    """Informational: the pod was bound."""
+
     def post_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> None: ...
 
 

@@ -53,6 +53,8 @@ T = TypeVar("T")
 
 
 class FrameworkRecorder(Protocol):
+    """Where the framework reports extension-point and plugin timings (the metrics adapter)."""
+
     def extension_point(self, point: str, status: str, profile: str, seconds: float) -> None: ...
 
     def plugin(self, plugin: str, point: str, status: str, seconds: float) -> None: ...
@@ -104,6 +106,8 @@ class PluginSet:
 
 @dataclass(slots=True)
 class PermitOutcome:
+    """Permit's combined answer: the status, and for Wait the plugins waited on and the timeout."""
+
     status: Status
     timeout: float = 0.0
     waiting: set[str] = field(default_factory=set)
@@ -111,12 +115,16 @@ class PermitOutcome:
 
 @dataclass(slots=True)
 class PreFilterOutcome:
+    """PreFilter's combined answer: the status, the node narrowing, and the plugins that rejected."""
+
     status: Status
     result: PreFilterResult | None = None
     rejectors: set[str] = field(default_factory=set)
 
 
 class Framework:
+    """One profile's plugins, run extension point by extension point, with timings recorded."""
+
     def __init__(
         self,
         scheduler_name: str,

@@ -21,6 +21,8 @@ NAME = DEFAULT_BINDER
 
 
 class DefaultBinder:
+    """Binds through the Binder port (pods/binding)."""
+
     name = NAME
 
     def __init__(self, handle: Handle) -> None:

@@ -135,6 +135,8 @@ def parse_args(args: Mapping[str, Any]) -> float:
 
 
 class DynamicResources:
+    """Structured-parameters DRA: claims must exist, devices are allocated in Filter, written in PreBind."""
+
     name = NAME
 
     def __init__(

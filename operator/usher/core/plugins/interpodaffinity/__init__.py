@@ -78,6 +78,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class InterPodAffinityArgs:
+    """InterPodAffinityArgs of kubescheduler.config.k8s.io/v1."""
+
     hard_pod_affinity_weight: int = DEFAULT_HARD_POD_AFFINITY_WEIGHT
     ignore_preferred_terms_of_existing_pods: bool = False
 
@@ -105,6 +107,8 @@ def parse_args(args: Mapping[str, Any]) -> InterPodAffinityArgs:
 
 
 class InterPodAffinity:
+    """Pod affinity and anti-affinity: required terms filter, preferred terms (and existing pods' terms) score."""
+
     name = NAME
 
     def __init__(self, args: InterPodAffinityArgs, handle: Handle) -> None:

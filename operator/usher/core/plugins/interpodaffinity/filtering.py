@@ -49,6 +49,8 @@ TopologyPair = tuple[str, str]
 
 @dataclass(slots=True)
 class PreFilterState:
+    """Per-topology-pair counts of matching pods, computed once per cycle for Filter."""
+
     terms: PodTerms
     affinity_counts: dict[TopologyPair, int] = field(default_factory=dict)
     """Pods matching all the incoming pod's required affinity terms, per topology pair."""

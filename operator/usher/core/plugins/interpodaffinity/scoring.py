@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class PreScoreState:
+    """Per-topology-pair score contributions, computed once per cycle for Score."""
+
     topology_score: dict[str, dict[str, int]] = field(default_factory=dict)
     """topologyKey -> value -> summed weight."""
 

@@ -32,6 +32,8 @@ _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 @dataclass(frozen=True, slots=True)
 class AffinityTerm:
+    """One pod (anti-)affinity term, parsed: selector, namespaces, topology key."""
+
     selector: Mapping[str, Any] | None
     """The label selector with matchLabelKeys / mismatchLabelKeys merged; None matches nothing."""
     namespaces: frozenset[str]
@@ -61,6 +63,8 @@ class AffinityTerm:
 
 @dataclass(frozen=True, slots=True)
 class WeightedTerm:
+    """A preferred term with its weight."""
+
     weight: int
     term: AffinityTerm
 

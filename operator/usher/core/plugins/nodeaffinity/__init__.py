@@ -281,6 +281,8 @@ def _labels_and_name(node: Mapping[str, Any] | None) -> tuple[Mapping[str, str],
 
 
 class NodeAffinity:
+    """nodeSelector and required node affinity filter; preferred node affinity scores."""
+
     name = NAME
 
     def __init__(self, args: AffinityArgs) -> None:

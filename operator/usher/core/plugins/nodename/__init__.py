@@ -31,6 +31,8 @@ def fits(pod: PodInfo, node_name: str) -> bool:
 
 
 class NodeName:
+    """A pod with ``spec.nodeName`` fits only that node."""
+
     name = NAME
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:

@@ -44,6 +44,8 @@ def ports_conflict(wanted: Iterable[HostPort], in_use: Iterable[HostPort]) -> bo
 
 
 class NodePorts:
+    """A pod's host ports must be free on the node."""
+
     name = NAME
 
     def pre_filter(

@@ -29,6 +29,8 @@ NAME = NODE_RESOURCES_BALANCED_ALLOCATION
 
 @dataclass(frozen=True, slots=True)
 class BalancedArgs:
+    """NodeResourcesBalancedAllocationArgs of kubescheduler.config.k8s.io/v1."""
+
     resources: tuple[str, ...] = (CPU, MEMORY)
 
 
@@ -51,6 +53,8 @@ def parse_args(args: Mapping[str, Any]) -> BalancedArgs:
 
 
 class NodeResourcesBalancedAllocation:
+    """Scores nodes whose resource use stays balanced across resources with the pod on them."""
+
     name = NAME
 
     def __init__(self, args: BalancedArgs) -> None:

@@ -52,6 +52,8 @@ def insufficient(resource: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FitArgs:
+    """NodeResourcesFitArgs of kubescheduler.config.k8s.io/v1."""
+
     strategy: str = LEAST_ALLOCATED
     resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
     ignored_resources: frozenset[str] = frozenset()
@@ -131,6 +133,8 @@ def shape_score(shape: tuple[tuple[int, int], ...], utilization: int) -> int:
 
 
 class NodeResourcesFit:
+    """The pod's requests must fit the node's allocatable; scores by the configured scoring strategy."""
+
     name = NAME
 
     def __init__(self, args: FitArgs) -> None:

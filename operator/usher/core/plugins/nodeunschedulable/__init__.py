@@ -32,6 +32,8 @@ def tolerates_unschedulable(pod: PodInfo) -> bool:
 
 
 class NodeUnschedulable:
+    """Cordoned nodes (``spec.unschedulable``) fit only pods that tolerate it."""
+
     name = NAME
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:

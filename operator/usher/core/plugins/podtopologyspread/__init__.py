@@ -101,6 +101,8 @@ __all__ = [
 
 
 class PodTopologySpread:
+    """topologySpreadConstraints: maxSkew filters (DoNotSchedule) and scores (ScheduleAnyway)."""
+
     name = NAME
 
     def __init__(self, args: SpreadArgs | None = None) -> None:

@@ -42,6 +42,8 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 
 @dataclass(frozen=True, slots=True)
 class SpreadArgs:
+    """PodTopologySpreadArgs of kubescheduler.config.k8s.io/v1."""
+
     default_constraints: tuple[Mapping[str, Any], ...] = ()
     defaulting_type: str = SYSTEM_DEFAULTING
 

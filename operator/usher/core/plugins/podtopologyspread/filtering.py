@@ -38,6 +38,8 @@ _NO_DOMAIN = 2**31 - 1  # kube-scheduler's math.MaxInt32 "no eligible domain yet
 
 @dataclass(slots=True)
 class PreFilterState:
+    """Matching-pod counts per constraint and domain, computed once per cycle for Filter."""
+
     constraints: list[Constraint]
     counts: list[dict[str, int]]
     """Per constraint: topology value -> matching pods in that domain (eligible domains only)."""

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class PreScoreState:
+    """Matching-pod counts per constraint and domain, computed once per cycle for Score."""
+
     constraints: list[Constraint]
     namespace: str
     ignored: set[NodeName]

@@ -14,6 +14,8 @@ NAME = PRIORITY_SORT
 
 
 class PrioritySort:
+    """activeQ order: higher priority first, then earlier arrival."""
+
     name = NAME
 
     def sort_key(self, queued: QueuedPod) -> tuple[int, float]:

@@ -21,6 +21,8 @@ MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
 class SchedulingGates:
+    """PreEnqueue: a pod with ``spec.schedulingGates`` waits outside activeQ."""
+
     name = NAME
 
     def pre_enqueue(self, pod: PodInfo) -> Status:

@@ -75,6 +75,8 @@ def count_intolerable_prefer_no_schedule(
 
 
 class TaintToleration:
+    """NoSchedule/NoExecute taints filter pods that do not tolerate them; PreferNoSchedule taints score."""
+
     name = NAME
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
