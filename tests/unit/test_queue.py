@@ -353,29 +353,80 @@ def test_a_gated_pod_is_rechecked_on_flush_but_not_every_30_seconds(clock: FakeC
     assert queue.pending()["gated"] == 1
 
 
-def test_every_move_to_activeq_runs_preenqueue(clock: FakeClock) -> None:
-    @dataclass
-    class Toggle:
-        name: str = "Toggle"
-        reject: bool = False
+@dataclass
+class Toggle:
+    """A PreEnqueue plugin whose answer the test changes (a claim deleted, a quota used up ...)."""
 
-        def pre_enqueue(self, p: PodInfo) -> Status:
-            return unschedulable("held") if self.reject else Status()
+    name: str = "Toggle"
+    held: set[str] = field(default_factory=set)
 
+    def pre_enqueue(self, p: PodInfo) -> Status:
+        return unschedulable("held") if p.name in self.held else Status()
+
+
+def _toggled_queue(clock: FakeClock, **options: Any) -> tuple[SchedulingQueue, Toggle]:
     toggle = Toggle()
     fit = Rejector("Fit")
     plugin_set = PluginSet(queue_sort=PrioritySort(), pre_enqueue=[toggle], all=[toggle, fit])  # type: ignore[list-item]
-    queue = scheduling_queue(clock, Framework("usher", plugin_set))
-    queue.add(pod("a"))
-    fail(queue, "a", "Fit")
-    toggle.reject = True
-    queue.move_all(NODE_ADD)
-    assert where(queue, "a") is Where.BACKOFF
-    clock.advance(1)
-    queue.flush()  # backoff over: the move into activeQ runs PreEnqueue
-    assert queue.pending()["gated"] == 1
+    return scheduling_queue(clock, Framework("usher", plugin_set), **options), toggle
+
+
+def _assert_gated_by_toggle(queue: SchedulingQueue) -> None:
+    assert queue.pending() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 1}
     queued = queue.get(PodKey("default/a"))
     assert queued is not None and queued.gating_plugin == "Toggle" and queued.gating_message == "held"
+
+
+def _leave_backoff_by_expiry(queue: SchedulingQueue, clock: FakeClock) -> QueuedPod | None:
+    clock.advance(1)
+    queue.flush()
+    return queue.pop()
+
+
+def _leave_backoff_by_early_pop(queue: SchedulingQueue, clock: FakeClock) -> QueuedPod | None:
+    return queue.pop()  # activeQ is empty: PopFromBackoffQ takes the head of backoffQ
+
+
+@pytest.mark.parametrize(
+    "leave_backoff",
+    [
+        pytest.param(_leave_backoff_by_expiry, id="the backoff expires and the flush moves it"),
+        pytest.param(_leave_backoff_by_early_pop, id="PopFromBackoffQ takes it early"),
+    ],
+)
+def test_a_pod_preenqueue_rejects_while_it_backs_off_is_gated_not_popped(
+    clock: FakeClock, leave_backoff: Callable[[SchedulingQueue, FakeClock], QueuedPod | None]
+) -> None:
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.BACKOFF
+    toggle.held = {"a"}  # changes while the pod waits in backoffQ
+    assert leave_backoff(queue, clock) is None, "a pod PreEnqueue rejects is never popped"
+    _assert_gated_by_toggle(queue)
+
+
+def test_a_pod_preenqueue_rejects_is_gated_instead_of_entering_backoffq(clock: FakeClock) -> None:
+    """As kube-scheduler with SchedulerPopFromBackoffQ: PreEnqueue runs on the way into backoffQ too."""
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    toggle.held = {"a"}
+    queue.move_all(NODE_ADD)
+    _assert_gated_by_toggle(queue)
+
+
+def test_an_early_pop_skips_a_pod_preenqueue_rejects_and_takes_the_next(clock: FakeClock) -> None:
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a", priority=1))
+    queue.add(pod("b"))
+    fail(queue, "a", "Fit")
+    fail(queue, "b", "Fit")
+    queue.move_all(NODE_ADD)
+    toggle.held = {"a"}  # a is the head of backoffQ (it failed first)
+    assert popped(queue).pod.name == "b"
+    assert where(queue, "a") is Where.UNSCHEDULABLE and queue.pending()["gated"] == 1
 
 
 # ---------------------------------------------------------------------- in-flight events

@@ -23,8 +23,11 @@ Every unscheduled pod of our profiles is in exactly one place:
               +--- its gate -+--------+---- unschedulable pool <-+
                                      (events + QueueingHints; flush after 5 min)
 
-Every move into activeQ runs PreEnqueue first, so a pod can only be popped
-if every PreEnqueue plugin accepts it.
+Every move into activeQ or backoffQ runs PreEnqueue first (backoffQ as in
+kube-scheduler with SchedulerPopFromBackoffQ), and so does every way out of
+backoffQ (the expiry flush, an early pop): its answer may change while the
+pod waits. A pod can only be popped if every PreEnqueue plugin accepts it
+at that moment; one rejected on any of these paths is parked as gated.
 
 Events: a cluster event is offered to the pods in the pool. Only the
 QueueingHints of the plugins that rejected a pod are asked about it, and
@@ -258,14 +261,17 @@ class SchedulingQueue:
     def pop(self) -> QueuedPod | None:
         """The next pod to schedule; None when nothing is ready."""
         queued = self._active.pop()
-        event = ""
-        if queued is None and self._options.pop_from_backoff_q:
-            queued = self._backoff.pop_normal_head()
-            event = POP_FROM_BACKOFF_Q.label
+        while queued is None and self._options.pop_from_backoff_q:
+            head = self._backoff.pop_normal_head()
+            if head is None:
+                break
+            # PreEnqueue's answer may have changed while the pod waited (a claim deleted ...):
+            # a pod it now rejects is parked as gated and the next head is tried.
+            if self._admitted(head, POP_FROM_BACKOFF_Q.label):
+                queued = head
+                self._recorder.incoming(Where.ACTIVE.value, POP_FROM_BACKOFF_Q.label)
         if queued is None:
             return None
-        if event:
-            self._recorder.incoming(Where.ACTIVE.value, event)
         self._cycle += 1
         queued.where = Where.IN_FLIGHT
         queued.attempts += 1
@@ -554,6 +560,8 @@ class SchedulingQueue:
 
     def _requeue(self, queued: QueuedPod, strategy: Strategy, label: str) -> None:
         if strategy is Strategy.AFTER_BACKOFF and self.is_backing_off(queued):
+            if not self._admitted(queued, label):
+                return  # as kube-scheduler with SchedulerPopFromBackoffQ: gated, not backing off
             self._leave(queued)
             queued.backoff_expiry = queued.timestamp + self.backoff_duration(queued)
             queued.last_event = label
@@ -564,6 +572,19 @@ class SchedulingQueue:
 
     def _to_active_or_gated(self, queued: QueuedPod, label: str) -> None:
         """Every way into activeQ passes PreEnqueue; a rejection parks the pod as gated."""
+        if not self._admitted(queued, label):
+            return
+        self._leave(queued)
+        self._push_active(queued)
+        self._recorder.incoming(Where.ACTIVE.value, label)
+
+    def _admitted(self, queued: QueuedPod, label: str) -> bool:
+        """Run PreEnqueue before a move into activeQ or backoffQ (or a pop from backoffQ).
+
+        A rejection parks the pod in the pool as gated (where it already is, if the same
+        plugin still holds it) and returns False; a pass clears its gate, leaves it where
+        it is for the caller to move, and returns True.
+        """
         profile = self._profiles.get(queued.pod.scheduler_name)
         status = profile.run_pre_enqueue(queued.pod) if profile is not None else Status()
         queued.last_event = label
@@ -576,15 +597,13 @@ class SchedulingQueue:
                 self._leave(queued)
                 queued.gating_plugin = gate
                 self._to_pool(queued, label)
-            return
-        self._leave(queued)
+            return False
         queued.gating_plugin = ""
         queued.gating_message = ""
         if self._reporter is not None and queued.last_rejection_message:
             queued.last_rejection_message = ""
             self._reporter.cleared(queued)
-        self._push_active(queued)
-        self._recorder.incoming(Where.ACTIVE.value, label)
+        return True
 
     def _report_rejection(self, queued: QueuedPod, message: str) -> None:
         """KEP-5501: report a new rejection message once; seeded from the pod so a restart repeats nothing."""
