@@ -249,10 +249,7 @@ class Scheduler:
         logger.info("scheduling pods for profiles %s", ", ".join(self.frameworks))
         streak = 0
         while True:
-            now = self.clock.now()
             self.queue.flush()
-            for key in self.cache.cleanup_expired(now):
-                logger.warning("assumed pod %s never showed up bound; forgetting it", key)
             if not self.leading.is_set():  # lease lost: not one more pod
                 await self.leading.wait()
                 continue
@@ -353,7 +350,6 @@ class Scheduler:
         if status.ok:
             status = await framework.run_bind(state, pod, node)
         if status.ok:
-            self.cache.finish_binding(pod.key, self.clock.now())
             self.queue.done(pod.key)
             framework.run_post_bind(state, pod, node)
             self._scheduled(queued, framework, node, started)
