@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,6 +247,47 @@ def test_a_hint_that_raises_counts_as_queue(clock: FakeClock) -> None:
     fail(queue, "a", "Buggy")
     assert queue.move_all(NODE_ADD) == 1
     assert recorder.hints == [("Buggy", "NodeAdd", "Error")]
+
+
+def test_a_raising_hint_is_logged_once_per_plugin_and_event(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    buggy = Rejector("Buggy", events=(NODE_ADD, NODE_LABEL), answer=None)
+    queue = scheduling_queue(clock, framework_with(buggy))
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    fail(queue, "a", "Buggy")
+    fail(queue, "b", "Buggy")
+    with caplog.at_level(logging.WARNING, logger="usher.core.queue.queueing"):
+        assert queue.move_all(NODE_ADD) == 2, "each raise still counts as Queue"
+        queue.add(pod("c"))
+        fail(queue, "c", "Buggy")
+        queue.move_all(NODE_ADD)  # the same plugin and event again: no new line
+        queue.add(pod("d"))
+        fail(queue, "d", "Buggy")
+        queue.move_all(NODE_LABEL)  # another event: its own line
+    assert buggy.calls == ["a", "b", "c", "d"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "Buggy" in lines[0] and "NodeAdd" in lines[0] and "default/a" in lines[0] and "hint bug" in lines[0]
+    assert "Buggy" in lines[1] and "NodeUpdateNodeLabel" in lines[1] and "default/d" in lines[1]
+    assert all(r.exc_info is not None for r in caplog.records), "the traceback is kept"
+
+
+def test_a_raising_pre_queueing_hint_is_logged_once_per_plugin_and_event(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(old: Any, new: Any) -> PreQueueingHintResult:
+        raise KeyError("index")
+
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=broken)
+    queue = scheduling_queue(clock, framework_with(claims))
+    queue.add(pod("a"))
+    fail(queue, "a", "Claims")
+    with caplog.at_level(logging.WARNING, logger="usher.core.queue.queueing"):
+        queue.move_all(CLAIM_ADD)
+        queue.move_all(CLAIM_ADD)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "Claims" in lines[0] and "ResourceClaimAdd" in lines[0] and "index" in lines[0]
 
 
 def test_queue_from_a_pending_plugin_skips_the_backoff(clock: FakeClock) -> None:

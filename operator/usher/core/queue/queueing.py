@@ -195,6 +195,8 @@ class SchedulingQueue:
         self._move_request_cycle = -1
         self._last_pool_flush = clock.now()
         self._interest_cache: dict[ClusterEvent, _Interest] = {}
+        self._hint_failures_logged: set[tuple[str, str, str]] = set()
+        """(kind, plugin, event) already logged: a buggy hint raises for every pod, every event."""
 
     # ------------------------------------------------------------------ pods
 
@@ -353,7 +355,7 @@ class SchedulingQueue:
         self._move_request_cycle = self._cycle
         if self._options.queueing_hints:
             self._in_flight.record(event, old, new)
-        narrowed = self._pre_queueing_hints(interest, old, new) if not event.is_wildcard else None
+        narrowed = self._pre_queueing_hints(interest, event, old, new) if not event.is_wildcard else None
         if narrowed is not None and narrowed.complete:
             candidates = [self._pods[k] for k in narrowed.union if k in self._pods]
             candidates = [q for q in candidates if q.where is Where.UNSCHEDULABLE]
@@ -464,7 +466,7 @@ class SchedulingQueue:
         self._interest_cache[event] = interest
         return interest
 
-    def _pre_queueing_hints(self, interest: _Interest, old: Any, new: Any) -> _Narrowed | None:
+    def _pre_queueing_hints(self, interest: _Interest, event: ClusterEvent, old: Any, new: Any) -> _Narrowed | None:
         """Ask each interested plugin's PreQueueingHint once. None: every pod must be checked."""
         if not self._options.pre_queueing_hints:
             return None
@@ -478,7 +480,8 @@ class SchedulingQueue:
                     break
                 try:
                     result = reg.pre_hint(old, new)
-                except Exception:
+                except Exception as exc:
+                    self._log_hint_failure("PreQueueingHint", plugin, event, exc, "checking every pod it rejected")
                     result = PreQueueingHintResult(all_pods=True)
                 if result.all_pods:
                     all_pods = True
@@ -535,12 +538,31 @@ class SchedulingQueue:
         started = self._timer()
         try:
             hint = reg.hint(queued.pod, old, new)
-        except Exception:
+        except Exception as exc:
+            self._log_hint_failure("QueueingHint", plugin, event, exc, f"counting it as Queue for pod {queued.key}")
             hint, label = QueueingHint.QUEUE, "Error"
         else:
             label = "Queue" if hint is QueueingHint.QUEUE else "QueueSkip"
         self._recorder.hint_evaluated(plugin, event.label, label, self._timer() - started)
         return hint
+
+    def _log_hint_failure(
+        self, kind: str, plugin: str, event: ClusterEvent, error: Exception, consequence: str
+    ) -> None:
+        """Log a raising (Pre)QueueingHint with its traceback, once per (plugin, event): it is a plugin bug."""
+        seen = (kind, plugin, event.label)
+        if seen in self._hint_failures_logged:
+            return
+        self._hint_failures_logged.add(seen)
+        logger.warning(
+            "%s of plugin %s raised on event %s: %r; %s (logged once per plugin and event)",
+            kind,
+            plugin,
+            event.label,
+            error,
+            consequence,
+            exc_info=error,
+        )
 
     # ------------------------------------------------------------------ transitions
 
