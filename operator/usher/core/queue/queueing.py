@@ -285,10 +285,6 @@ class SchedulingQueue:
         queued.popped_cycle = self._cycle
         return queued
 
-    @property
-    def scheduling_cycle(self) -> int:
-        return self._cycle
-
     def done(self, key: PodKey) -> None:
         """The pod's attempt is over and it was placed: it leaves the queue for good."""
         self._in_flight.done(key)
