@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -169,8 +169,12 @@ def register(
     settings: SyncSettings = SyncSettings(),
     reconcile: ReconcileSettings = ReconcileSettings(),
     recorder: DeletionRecorder | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Watches:
-    """Register the handlers of one scheduler into a kopf registry."""
+    """Register the handlers of one scheduler into a kopf registry.
+
+    ``sleep`` is how the reconciler waits (between rounds, before its confirming LIST): injected by tests.
+    """
     sync = InitialSync(sink, KINDS, settings=settings)
 
     def dra(plural: str) -> Deliver:
@@ -180,7 +184,7 @@ def register(
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:
         _watch(registry, sync, holdings, group, plural)
-    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder))
+    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder, sleep=sleep))
 
 
 def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holdings, group: str, plural: str) -> None:
@@ -382,17 +386,19 @@ class Reconciler:
         settings: ReconcileSettings = ReconcileSettings(),
         recorder: DeletionRecorder | None = None,
         rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.holdings = holdings
         self.settings = settings
         self._kinds = tuple(kinds)
         self._recorder = recorder
         self._rng = rng or random.Random()
+        self._sleep = sleep
 
     async def run(self, lister: Lister) -> None:
         """Look for missed deletions every ``interval`` seconds (jittered), until cancelled. Start it once synced."""
         while True:
-            await asyncio.sleep(self.next_wait())
+            await self._sleep(self.next_wait())
             await self.round(lister)
 
     def next_wait(self) -> float:
@@ -421,7 +427,7 @@ class Reconciler:
         suspects = self._missing(plural, since, listed)
         if not suspects:
             return 0
-        await asyncio.sleep(self.settings.confirm_after)
+        await self._sleep(self.settings.confirm_after)
         listed = await lister(group, plural)
         if listed is None:
             return 0
