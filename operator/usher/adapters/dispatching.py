@@ -46,6 +46,8 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """One HTTP request to the API server, as an ApiCall builds it."""
+
     method: str
     path: str
     body: Mapping[str, Any] | list[Any] | None = None
@@ -86,6 +88,8 @@ NO_OP = ApiResult(status=204, body={"message": "nothing to change"})
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How often and how long retryable failures are retried: exponential backoff with jitter, or Retry-After."""
+
     attempts: int = 8
     initial_delay: float = 0.2
     max_delay: float = 10.0
@@ -101,6 +105,8 @@ class RetryPolicy:
 
 
 class Cancellable(Protocol):
+    """A pending timer callback that can be called off."""
+
     def cancel(self) -> None: ...
 
 

@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 class WatchSink(Protocol):
+    """Where watch events go (the scheduler's event handlers), one call per event, in order per object."""
+
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
@@ -129,6 +131,8 @@ KINDS: tuple[Kind, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class SyncSettings:
+    """How `InitialSync` re-lists kinds whose listed objects are slow to arrive, and retries failed LISTs."""
+
     recheck: float = 5.0
     """Seconds without any awaited object delivered before the kinds still awaited are listed again."""
     max_recheck: float = 60.0
@@ -141,6 +145,8 @@ class SyncSettings:
 
 @dataclass(frozen=True, slots=True)
 class ReconcileSettings:
+    """How often and how carefully `Reconciler` looks for the deletions kopf missed."""
+
     interval: float = 300.0
     """Seconds between two rounds of looking for the deletions kopf missed (the first one after the sync)."""
     jitter: float = 0.2
@@ -214,6 +220,8 @@ def object_key(meta: Mapping[str, Any]) -> str:
 
 
 class Lister(Protocol):
+    """Lists the keys of every object of one kind (the API server's, or a script in tests)."""
+
     async def __call__(self, group: str, plural: str) -> Collection[str] | None:
         """The `object_key` of every object of a kind, from one consistent LIST; None if the kind is not served.
 
@@ -346,6 +354,8 @@ class Holdings:
 
 
 class DeletionRecorder(Protocol):
+    """Counts the deletions the reconciler found that the watch never reported (the metrics adapter)."""
+
     def missed_deletion(self, kind: str) -> None:
         """One object of ``kind`` (a plural) was found deleted though the watch never said so."""
         ...

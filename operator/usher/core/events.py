@@ -16,6 +16,8 @@ from typing import Any
 
 
 class ActionType(IntFlag):
+    """What happened to an object, as kube-scheduler's bit flags: one bit per kind of change."""
+
     ADD = 1
     DELETE = 2
     UPDATE_NODE_ALLOCATABLE = 4
@@ -66,6 +68,8 @@ _LABELS = {
 
 
 class Resource(StrEnum):
+    """The kind an event is about; pods split into assigned and unscheduled, ``*`` is the wildcard."""
+
     POD = "Pod"
     ASSIGNED_POD = "AssignedPod"
     UNSCHEDULED_POD = "UnscheduledPod"
@@ -84,6 +88,8 @@ class Resource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ClusterEvent:
+    """A change in the cluster (resource + action bits), as registered by plugins and as raised by handlers."""
+
     resource: Resource
     action: ActionType
     custom_label: str = ""

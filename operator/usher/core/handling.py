@@ -46,12 +46,16 @@ DELETED = "DELETED"
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
+    """A pod of ours the API server served but usher cannot parse, and why: for the runtime to report."""
+
     pod: Mapping[str, Any]
     message: str
 
 
 @dataclass
 class EventHandlers:
+    """Turns each watch event into cache updates, queue updates and cluster events (see the module docstring)."""
+
     cache: Cache
     queue: SchedulingQueue
     scheduler_names: Collection[str]

@@ -150,6 +150,8 @@ class _Silent:
 
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
+    """The queue's tunables, with kube-scheduler's defaults (seconds) and feature gates."""
+
     initial_backoff: float = DEFAULT_INITIAL_BACKOFF
     max_backoff: float = DEFAULT_MAX_BACKOFF
     max_in_unschedulable: float = DEFAULT_MAX_IN_UNSCHEDULABLE
@@ -168,6 +170,8 @@ class _Interest:
 
 
 class SchedulingQueue:
+    """kube-scheduler's PriorityQueue: the one owner of every pod transition (theory of operation above). Pure."""
+
     def __init__(
         self,
         clock: Clock,
