@@ -121,8 +121,10 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.backing_off()))
     @rule(data=st.data())
     def quota_holds_a_pod_in_backoff(self, data: Any) -> None:
-        """The case a pop from backoffQ must not miss: the answer changed while the pod waited there."""
+        """The case a pop from backoffQ must not miss: the answer changed while the pod waited there,
+        and the loop asks for the next pod straight away."""
         self.quota.held.add(data.draw(st.sampled_from(self.backing_off())))
+        self.pop()
 
     @rule()
     def quota_released(self) -> None:
