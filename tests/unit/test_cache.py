@@ -18,7 +18,7 @@ def pod(**kw: str) -> PodInfo:
 
 @pytest.fixture
 def cache() -> Cache:
-    c = Cache(assumed_ttl=30)
+    c = Cache()
     c.add_or_update_node(make_node().name("n1").obj())
     return c
 
@@ -75,29 +75,15 @@ def test_assuming_a_pod_twice_is_refused(cache: Cache) -> None:
         cache.assume(p, NodeName("n1"))
 
 
-def test_an_assumed_pod_expires_only_after_its_binding_finished_and_the_ttl_passed(cache: Cache) -> None:
-    p = pod(name="a")
-    cache.assume(p, NodeName("n1"))
-    assert cache.cleanup_expired(now=10_000) == []  # binding still running: never expires
-    cache.finish_binding(p.key, now=100)
-    assert cache.cleanup_expired(now=129) == []
-    assert cache.cleanup_expired(now=130) == [p.key]
-    assert cache.node("n1").requested["pods"] == 0  # type: ignore[union-attr]
-
-
-def test_expiry_ignores_pods_confirmed_or_assumed_again_since(cache: Cache) -> None:
-    confirmed, again, plain = pod(name="a"), pod(name="b"), pod(name="c")
-    for p in (confirmed, again, plain):
+def test_an_assumed_pod_has_no_expiry_only_the_watch_or_a_failed_binding_uncounts_it(cache: Cache) -> None:
+    bound, deleted, failed = pod(name="a"), pod(name="b"), pod(name="c")
+    for p in (bound, deleted, failed):
         cache.assume(p, NodeName("n1"))
-        cache.finish_binding(p.key, now=100)
-    cache.add_or_update_pod(pod(name="a", node="n1"))  # the watch showed it bound
-    cache.forget(again.key)
-    cache.assume(again, NodeName("n1"))
-    cache.finish_binding(again.key, now=120)  # a second attempt: its own, later deadline
-    assert cache.cleanup_expired(now=130) == [plain.key]
-    assert cache.is_assumed(again.key) and cache.node_of(confirmed.key) == "n1"
-    assert cache.cleanup_expired(now=150) == [again.key]
-    assert cache.cleanup_expired(now=10_000) == []
+    cache.add_or_update_pod(pod(name="a", node="n1"))
+    cache.remove_pod(deleted.key)
+    cache.forget(failed.key)
+    assert [cache.is_assumed(p.key) for p in (bound, deleted, failed)] == [False, False, False]
+    assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
 
 
 def test_a_deleted_node_keeps_counting_its_pods_until_they_go(cache: Cache) -> None:

@@ -2,15 +2,19 @@
 
 The HTTP transport is the seam: a recording transport answers with scripted
 statuses (as httpx's MockTransport would); everything else is the real
-dispatcher on a real event loop. The real API server path is covered by the
+dispatcher on a real event loop. Time is injected: fake timers the tests move
+by hand, and a sleep that only records, so no test waits for the wall clock
+or depends on how fast it runs. The real API server path is covered by the
 e2e suite.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +27,14 @@ from usher.adapters.reporting import condition_patch
 
 @dataclass
 class RecordingApi:
+    """Answers from a script; ``gate``, when given, holds every request until the test opens it."""
+
     answers: list[int] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
     calls: list[tuple[str, str, Any]] = field(default_factory=list)
     running: Counter[str] = field(default_factory=Counter)
     overlap: bool = False
-    latency: float = 0.0
+    gate: asyncio.Event | None = None
     first_call: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "") -> ApiResult:
@@ -36,7 +42,9 @@ class RecordingApi:
         self.overlap |= self.running[path] > 1
         self.calls.append((method, path, body))
         self.first_call.set()
-        await asyncio.sleep(self.latency)
+        if self.gate is not None:
+            await self.gate.wait()
+        await asyncio.sleep(0)  # let other workers run meanwhile, as a real request would
         self.running[path] -= 1
         status = self.answers.pop(0) if self.answers else 201
         return ApiResult(status=status, body={}, headers=self.headers if status == 429 else {})
@@ -52,6 +60,44 @@ class Observer:
 
     def pending_changed(self, call_type: str, delta: int) -> None:
         self.pending[call_type] += delta
+
+
+class FakeTimers:
+    """The dispatcher's clock and timers, moved by hand: ``advance`` runs the callbacks that fall due."""
+
+    @dataclass
+    class Handle:
+        cancelled: bool = False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._order = itertools.count()
+        self._timers: list[tuple[float, int, FakeTimers.Handle, Callable[[], None]]] = []
+
+    def now(self) -> float:
+        return self._now
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimers.Handle:
+        handle = FakeTimers.Handle()
+        heapq.heappush(self._timers, (self._now + delay, next(self._order), handle, callback))
+        return handle
+
+    async def advance(self, seconds: float) -> None:
+        """Move time on, run what fell due in due order, and let the workers take it up."""
+        self._now += seconds
+        while self._timers and self._timers[0][0] <= self._now:
+            _, _, handle, callback = heapq.heappop(self._timers)
+            if not handle.cancelled:
+                callback()
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+async def no_sleep(seconds: float) -> None:
+    pass
 
 
 def patch_call(message: str, *, delay: float = 0.0, results: list[ApiResult] | None = None) -> ApiCall:
@@ -81,6 +127,8 @@ def pod_with(message: str | None) -> dict[str, Any]:
 
 
 async def run(api: RecordingApi, observer: Observer | None = None, **kw: Any) -> Dispatcher:
+    kw.setdefault("timers", FakeTimers())
+    kw.setdefault("sleep", no_sleep)
     dispatcher = Dispatcher(api, observer=observer, **kw)  # type: ignore[arg-type]
     dispatcher.start()
     return dispatcher
@@ -104,30 +152,30 @@ async def test_a_binding_replaces_a_waiting_status_patch() -> None:
 
 
 async def test_a_status_patch_after_a_waiting_binding_is_dropped() -> None:
-    api, results, patches = RecordingApi(latency=0.05), [], []
+    api, results, patches = RecordingApi(gate=asyncio.Event()), [], []
     dispatcher = await run(api, workers=1)
-    dispatcher.add(ApiCall.fixed("event", None, Request("POST", "/events", {})))  # keeps the only worker busy
+    dispatcher.add(ApiCall.fixed("event", None, Request("POST", "/events", {})))
+    await asyncio.wait_for(api.first_call.wait(), 5)  # the only worker is busy with it
     dispatcher.add(binding_call(results))
     dispatcher.add(patch_call("late", results=patches), current=pod_with(None))
+    assert patches == [SKIPPED], "dropped at once: the binding waiting for the worker matters more"
+    api.gate.set()  # type: ignore[union-attr]
     await settle(dispatcher)
     assert [c[1] for c in api.calls] == ["/events", "/pods/p/binding"]
     assert patches == [SKIPPED]
 
 
 async def test_a_newer_call_of_the_same_kind_merges_without_resetting_the_delay() -> None:
-    api = RecordingApi()
-    dispatcher = await run(api)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    dispatcher.add(patch_call("first", delay=0.4), current=pod_with(None))
-    await asyncio.sleep(0.3)
-    dispatcher.add(patch_call("second", delay=0.4))
-    await asyncio.wait_for(api.first_call.wait(), 5)
-    fired = loop.time() - started
+    api, timers = RecordingApi(), FakeTimers()
+    dispatcher = await run(api, timers=timers)
+    dispatcher.add(patch_call("first", delay=5), current=pod_with(None))
+    await timers.advance(3)
+    dispatcher.add(patch_call("second", delay=5))  # merged: due at 5 s still, not at 3 + 5 = 8 s
+    await timers.advance(1.9)
+    assert api.calls == [], "not due before 5 s"
+    await timers.advance(0.1)
     await settle(dispatcher)
-    # Due at 0.4 s; a reset delay would have fired at 0.7 s.
-    assert 0.35 < fired < 0.65, f"fired after {fired:.2f}s: the first call's due time, not reset by the second"
-    assert len(api.calls) == 1
+    assert len(api.calls) == 1, "fired at 5 s, the first call's due time, not reset by the second"
     assert api.calls[0][2]["status"]["conditions"][0]["message"] == "second"
 
 
@@ -158,8 +206,7 @@ async def test_server_errors_and_throttling_are_retried_with_backoff() -> None:
         slept.append(seconds)
 
     api, results = RecordingApi(answers=[500, 429, 503], headers={"Retry-After": "2"}), []
-    dispatcher = Dispatcher(api, sleep=record_sleep, retry=RetryPolicy(attempts=5))  # type: ignore[arg-type]
-    dispatcher.start()
+    dispatcher = await run(api, sleep=record_sleep, retry=RetryPolicy(attempts=5))
     dispatcher.add(binding_call(results))
     await settle(dispatcher)
     assert len(api.calls) == 4 and results[0].status == 201
@@ -176,14 +223,20 @@ async def test_a_final_error_is_not_retried() -> None:
 
 
 async def test_never_two_calls_for_one_object_at_once() -> None:
-    api = RecordingApi(latency=0.05)
+    api = RecordingApi(gate=asyncio.Event())
     dispatcher = await run(api, workers=4)
-    for i in range(5):
-        dispatcher.add(patch_call(f"m{i}"), current=pod_with(None))
-        await asyncio.sleep(0.01)
+    dispatcher.add(patch_call("m0"), current=pod_with(None))
+    await asyncio.wait_for(api.first_call.wait(), 5)  # m0 is running and held there
+    for i in range(1, 5):
+        dispatcher.add(patch_call(f"m{i}"))
+        for _ in range(3):
+            await asyncio.sleep(0)  # idle workers get every chance to take the newer call up
+    assert len(api.calls) == 1, "the newer calls wait while m0 runs, though three workers are idle"
+    api.gate.set()  # type: ignore[union-attr]
     await settle(dispatcher)
     assert not api.overlap
-    assert api.calls[-1][2]["status"]["conditions"][0]["message"] == "m4", "the newest message lands last"
+    messages = [call[2]["status"]["conditions"][0]["message"] for call in api.calls]
+    assert messages == ["m0", "m4"], "the waiting versions merged; the newest lands last"
 
 
 @pytest.mark.parametrize("count", [50])
@@ -200,8 +253,7 @@ async def test_untracked_calls_all_run_and_the_gauge_returns_to_zero(count: int)
 
 async def test_call_waits_for_the_result_and_still_tells_on_done() -> None:
     api, results = RecordingApi(answers=[503, 201]), []
-    dispatcher = Dispatcher(api, retry=RetryPolicy(attempts=3, initial_delay=0.001))  # type: ignore[arg-type]
-    dispatcher.start()
+    dispatcher = await run(api, retry=RetryPolicy(attempts=3))
     result = await dispatcher.call(binding_call(results))
     await settle(dispatcher)
     assert result.status == 201 and results == [result]

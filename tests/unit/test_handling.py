@@ -111,3 +111,79 @@ def test_a_late_unbound_update_of_an_assumed_pod_does_not_queue_it_again(handler
     assert len(handlers.queue) == 0, "never queued twice while its binding is on the way"
     handlers.on_pod("MODIFIED", pod.node("n").version().obj())
     assert handlers.cache.node("n").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def _spread_pod(name: str) -> dict[str, object]:
+    obj = make_pod().name(name).obj()
+    obj["metadata"]["labels"] = {"app": "web"}
+    obj["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("zone_label", "released"),
+    [
+        pytest.param(True, True, id="deleting a node in a topology domain releases a pod PodTopologySpread rejected"),
+        pytest.param(False, False, id="deleting a node outside every topology domain releases nothing"),
+    ],
+)
+def test_a_node_deletion_is_offered_to_pods_rejected_by_pod_topology_spread(
+    handlers: EventHandlers, zone_label: bool, released: bool
+) -> None:
+    node = make_node().name("gone")
+    if zone_label:
+        node.label("zone", "z1")
+    handlers.on_node("ADDED", node.obj())
+    handlers.on_pod("ADDED", _spread_pod("a"))
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.queue.add_unschedulable(queued, unschedulable_plugins=["PodTopologySpread"])
+    assert handlers.queue.pending()["unschedulable"] == 1
+
+    assert handlers.on_node("DELETED", node.obj()) == "NodeDelete"
+
+    assert handlers.cache.node("gone") is None
+    where = handlers.queue.get(PodKey("default/a")).where  # type: ignore[union-attr]
+    if released:
+        assert where in (Where.ACTIVE, Where.BACKOFF)
+        assert handlers.queue.get(PodKey("default/a")).last_event == "NodeDelete"  # type: ignore[union-attr]
+    else:
+        assert where is Where.UNSCHEDULABLE
+
+
+@pytest.mark.parametrize(
+    ("watch_event", "counted_after"),
+    [
+        pytest.param("bound", 1, id="counted until the watch shows it bound, then once"),
+        pytest.param("deleted", 0, id="counted until the watch shows it deleted, then not at all"),
+    ],
+)
+def test_an_assumed_pod_counts_on_its_node_however_late_the_watch_is(watch_event: str, counted_after: int) -> None:
+    clock = FakeClock()
+    handlers = EventHandlers(Cache(), scheduling_queue(clock), {"usher"})
+    handlers.on_node("ADDED", make_node().name("n").obj())
+    pod = make_pod().name("a")
+    handlers.on_pod("ADDED", pod.obj())
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.cache.assume(queued.pod, "n")  # type: ignore[arg-type]
+    handlers.queue.done(queued.key)  # the binding call returned
+
+    clock.advance(3600)  # the watch lags an hour behind; the loop keeps flushing meanwhile
+    handlers.queue.flush()
+
+    assert handlers.cache.node("n").requested["pods"] == 1, "an under-counted node would take one pod too many"  # type: ignore[union-attr]
+    assert handlers.cache.is_assumed(queued.key)
+    if watch_event == "bound":
+        handlers.on_pod("MODIFIED", pod.node("n").version().obj())
+    else:
+        handlers.on_pod("DELETED", pod.obj())
+    assert not handlers.cache.is_assumed(queued.key)
+    assert handlers.cache.node("n").requested["pods"] == counted_after  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,6 +249,47 @@ def test_a_hint_that_raises_counts_as_queue(clock: FakeClock) -> None:
     assert recorder.hints == [("Buggy", "NodeAdd", "Error")]
 
 
+def test_a_raising_hint_is_logged_once_per_plugin_and_event(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    buggy = Rejector("Buggy", events=(NODE_ADD, NODE_LABEL), answer=None)
+    queue = scheduling_queue(clock, framework_with(buggy))
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    fail(queue, "a", "Buggy")
+    fail(queue, "b", "Buggy")
+    with caplog.at_level(logging.WARNING, logger="usher.core.queue.queueing"):
+        assert queue.move_all(NODE_ADD) == 2, "each raise still counts as Queue"
+        queue.add(pod("c"))
+        fail(queue, "c", "Buggy")
+        queue.move_all(NODE_ADD)  # the same plugin and event again: no new line
+        queue.add(pod("d"))
+        fail(queue, "d", "Buggy")
+        queue.move_all(NODE_LABEL)  # another event: its own line
+    assert buggy.calls == ["a", "b", "c", "d"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "Buggy" in lines[0] and "NodeAdd" in lines[0] and "default/a" in lines[0] and "hint bug" in lines[0]
+    assert "Buggy" in lines[1] and "NodeUpdateNodeLabel" in lines[1] and "default/d" in lines[1]
+    assert all(r.exc_info is not None for r in caplog.records), "the traceback is kept"
+
+
+def test_a_raising_pre_queueing_hint_is_logged_once_per_plugin_and_event(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(old: Any, new: Any) -> PreQueueingHintResult:
+        raise KeyError("index")
+
+    claims = Rejector("Claims", events=(CLAIM_ADD,), pre_hint=broken)
+    queue = scheduling_queue(clock, framework_with(claims))
+    queue.add(pod("a"))
+    fail(queue, "a", "Claims")
+    with caplog.at_level(logging.WARNING, logger="usher.core.queue.queueing"):
+        queue.move_all(CLAIM_ADD)
+        queue.move_all(CLAIM_ADD)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "Claims" in lines[0] and "ResourceClaimAdd" in lines[0] and "index" in lines[0]
+
+
 def test_queue_from_a_pending_plugin_skips_the_backoff(clock: FakeClock) -> None:
     waiting = Rejector("Waiting")
     queue = scheduling_queue(clock, framework_with(waiting), pop_from_backoff_q=False)
@@ -353,29 +395,80 @@ def test_a_gated_pod_is_rechecked_on_flush_but_not_every_30_seconds(clock: FakeC
     assert queue.pending()["gated"] == 1
 
 
-def test_every_move_to_activeq_runs_preenqueue(clock: FakeClock) -> None:
-    @dataclass
-    class Toggle:
-        name: str = "Toggle"
-        reject: bool = False
+@dataclass
+class Toggle:
+    """A PreEnqueue plugin whose answer the test changes (a claim deleted, a quota used up ...)."""
 
-        def pre_enqueue(self, p: PodInfo) -> Status:
-            return unschedulable("held") if self.reject else Status()
+    name: str = "Toggle"
+    held: set[str] = field(default_factory=set)
 
+    def pre_enqueue(self, p: PodInfo) -> Status:
+        return unschedulable("held") if p.name in self.held else Status()
+
+
+def _toggled_queue(clock: FakeClock, **options: Any) -> tuple[SchedulingQueue, Toggle]:
     toggle = Toggle()
     fit = Rejector("Fit")
     plugin_set = PluginSet(queue_sort=PrioritySort(), pre_enqueue=[toggle], all=[toggle, fit])  # type: ignore[list-item]
-    queue = scheduling_queue(clock, Framework("usher", plugin_set))
-    queue.add(pod("a"))
-    fail(queue, "a", "Fit")
-    toggle.reject = True
-    queue.move_all(NODE_ADD)
-    assert where(queue, "a") is Where.BACKOFF
-    clock.advance(1)
-    queue.flush()  # backoff over: the move into activeQ runs PreEnqueue
-    assert queue.pending()["gated"] == 1
+    return scheduling_queue(clock, Framework("usher", plugin_set), **options), toggle
+
+
+def _assert_gated_by_toggle(queue: SchedulingQueue) -> None:
+    assert queue.pending() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 1}
     queued = queue.get(PodKey("default/a"))
     assert queued is not None and queued.gating_plugin == "Toggle" and queued.gating_message == "held"
+
+
+def _leave_backoff_by_expiry(queue: SchedulingQueue, clock: FakeClock) -> QueuedPod | None:
+    clock.advance(1)
+    queue.flush()
+    return queue.pop()
+
+
+def _leave_backoff_by_early_pop(queue: SchedulingQueue, clock: FakeClock) -> QueuedPod | None:
+    return queue.pop()  # activeQ is empty: PopFromBackoffQ takes the head of backoffQ
+
+
+@pytest.mark.parametrize(
+    "leave_backoff",
+    [
+        pytest.param(_leave_backoff_by_expiry, id="the backoff expires and the flush moves it"),
+        pytest.param(_leave_backoff_by_early_pop, id="PopFromBackoffQ takes it early"),
+    ],
+)
+def test_a_pod_preenqueue_rejects_while_it_backs_off_is_gated_not_popped(
+    clock: FakeClock, leave_backoff: Callable[[SchedulingQueue, FakeClock], QueuedPod | None]
+) -> None:
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.move_all(NODE_ADD)
+    assert where(queue, "a") is Where.BACKOFF
+    toggle.held = {"a"}  # changes while the pod waits in backoffQ
+    assert leave_backoff(queue, clock) is None, "a pod PreEnqueue rejects is never popped"
+    _assert_gated_by_toggle(queue)
+
+
+def test_a_pod_preenqueue_rejects_is_gated_instead_of_entering_backoffq(clock: FakeClock) -> None:
+    """As kube-scheduler with SchedulerPopFromBackoffQ: PreEnqueue runs on the way into backoffQ too."""
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    toggle.held = {"a"}
+    queue.move_all(NODE_ADD)
+    _assert_gated_by_toggle(queue)
+
+
+def test_an_early_pop_skips_a_pod_preenqueue_rejects_and_takes_the_next(clock: FakeClock) -> None:
+    queue, toggle = _toggled_queue(clock)
+    queue.add(pod("a", priority=1))
+    queue.add(pod("b"))
+    fail(queue, "a", "Fit")
+    fail(queue, "b", "Fit")
+    queue.move_all(NODE_ADD)
+    toggle.held = {"a"}  # a is the head of backoffQ (it failed first)
+    assert popped(queue).pod.name == "b"
+    assert where(queue, "a") is Where.UNSCHEDULABLE and queue.pending()["gated"] == 1
 
 
 # ---------------------------------------------------------------------- in-flight events

@@ -3,7 +3,9 @@
 A held object is declared gone only when two LISTs lack it and nothing about it
 was delivered since the first was sent. The LISTs are scripted; a script step can
 deliver a watch event while a LIST is in flight, as kopf would. Deliveries go
-through `Holdings.deliver`, the function kopf's handlers call.
+through `Holdings.deliver`, the function kopf's handlers call. The reconciler's
+sleeps are injected: they record how long it meant to wait and return at once
+(a scripted step can deliver an event meanwhile), so no test waits for time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,19 @@ from tests.builders import make_node, make_pod
 from usher.adapters import watching
 from usher.adapters.metrics import Metrics
 
-NO_WAIT = watching.ReconcileSettings(interval=0.001, jitter=0.0, confirm_after=0.0)
+
+class Sleeps:
+    """The reconciler's sleep: records each wait, runs what the watch delivers meanwhile, and returns at once."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+        self.meanwhile: list[Callable[[], None]] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if self.meanwhile:
+            self.meanwhile.pop(0)()
+        await asyncio.sleep(0)  # yield, as a real sleep would: run() must never starve the loop
 
 
 class Sink:
@@ -93,11 +107,18 @@ class ScriptedLister:
         return answer
 
 
+DEFAULTS = watching.ReconcileSettings()
+"""The shipped settings: the injected sleeps make their 300 s and 10 s cost nothing."""
+
+
 def setup(
-    settings: watching.ReconcileSettings = NO_WAIT,
+    settings: watching.ReconcileSettings = DEFAULTS,
+    sleeps: Sleeps | None = None,
 ) -> tuple[Sink, watching.Reconciler, Recorder]:
     sink, recorder = Sink(), Recorder()
-    watches = watching.register(kopf.OperatorRegistry(), sink, reconcile=settings, recorder=recorder)
+    watches = watching.register(
+        kopf.OperatorRegistry(), sink, reconcile=settings, recorder=recorder, sleep=sleeps or Sleeps()
+    )
     return sink, watches.reconciler, recorder
 
 
@@ -198,19 +219,17 @@ async def test_a_deletion_the_watch_is_only_late_with_is_delivered_once_and_not_
 
 
 async def test_the_second_list_waits_confirm_after_seconds_for_the_watch_to_catch_up() -> None:
-    sink, reconciler, _ = setup(watching.ReconcileSettings(confirm_after=0.05))
+    sleeps = Sleeps()
+    sink, reconciler, recorder = setup(watching.ReconcileSettings(confirm_after=7.0), sleeps)
     pod = make_pod().name("p").obj()
     reconciler.holdings.deliver("pods", "MODIFIED", pod)
+    sleeps.meanwhile.append(redeliver(reconciler, pod, event_type="DELETED"))  # the watch is only late
 
-    async def late_deletion() -> None:
-        await asyncio.sleep(0.01)
-        reconciler.holdings.deliver("pods", "DELETED", pod)
-
-    late = asyncio.create_task(late_deletion())
     assert await reconciler.round(ScriptedLister({"pods": [()]})) == 0
-    await late
 
-    assert sink.deletions() == [("pods", "p")]
+    assert sleeps.slept == [7.0], "between the two LISTs, and only there"
+    assert sink.deletions() == [("pods", "p")], "the watch's deletion, once"
+    assert recorder.missed == []
 
 
 # -- every kind, through kopf's own handler -----------------------------------------
@@ -235,7 +254,7 @@ async def test_what_kopf_s_handler_delivered_and_then_vanished_reaches_the_sink_
 ) -> None:
     sink, recorder = Sink(), Recorder()
     registry = kopf.OperatorRegistry()
-    watches = watching.register(registry, sink, reconcile=NO_WAIT, recorder=recorder)
+    watches = watching.register(registry, sink, recorder=recorder, sleep=Sleeps())
     (handler,) = (h for h in registry._watching.get_all_handlers() if h.id == f"{plural}_event")
     on_event: Any = handler.fn  # kopf's handler as kopf calls it, with only the kwarg it reads
     await on_event(event={"type": "ADDED", "object": obj})
@@ -277,17 +296,23 @@ async def test_a_failed_list_is_logged_and_the_kind_looked_at_again_next_round(
 
 
 async def test_run_keeps_going_round_after_round_past_a_failure() -> None:
-    sink, reconciler, _ = setup()
+    sleeps = Sleeps()
+    settings = watching.ReconcileSettings(interval=300.0, jitter=0.2, confirm_after=10.0)
+    sink, reconciler, _ = setup(settings, sleeps)
     reconciler.holdings.deliver("pods", "MODIFIED", make_pod().name("gone").obj())
     lister = ScriptedLister({"pods": [RuntimeError("apiserver unavailable"), ()]})
 
     task = asyncio.create_task(reconciler.run(lister))
     try:
-        await asyncio.wait_for(sink.deleted.wait(), timeout=5)
+        await asyncio.wait_for(sink.deleted.wait(), timeout=5)  # a guard against a hang, not a time window
     finally:
         task.cancel()
 
     assert sink.deletions() == [("pods", "gone")]
+    before_first, before_second, confirm = sleeps.slept[:3]
+    assert 240.0 <= before_first <= 360.0 and 240.0 <= before_second <= 360.0, "each round after a jittered interval"
+    assert confirm == 10.0, "the second round found the suspect and waited confirm_after"
+    assert lister.calls[:3] == ["pods", "pods", "pods"]
 
 
 async def test_a_kind_the_api_server_does_not_serve_deletes_nothing() -> None:

@@ -20,6 +20,10 @@ an object whose call is running waits for it. Each call is retried with
 exponential backoff on throttling (429, honouring Retry-After), server
 errors (5xx) and connection failures; any other answer is final and handed
 to the call's ``on_done``. Nothing here blocks the event loop.
+
+Time is injected: ``timers`` (the event loop's clock and ``call_later`` by
+default) decides when delayed calls fall due, ``sleep`` how retries wait, so
+tests move time by hand instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """One HTTP request to the API server, as an ApiCall builds it."""
+
     method: str
     path: str
     body: Mapping[str, Any] | list[Any] | None = None
@@ -82,6 +88,8 @@ NO_OP = ApiResult(status=204, body={"message": "nothing to change"})
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How often and how long retryable failures are retried: exponential backoff with jitter, or Retry-After."""
+
     attempts: int = 8
     initial_delay: float = 0.2
     max_delay: float = 10.0
@@ -94,6 +102,30 @@ class RetryPolicy:
                 pass
         base = min(self.initial_delay * 2 ** (attempt - 1), self.max_delay)
         return float(base * (0.5 + random.random() / 2))  # jitter: retries of a burst must not align
+
+
+class Cancellable(Protocol):
+    """A pending timer callback that can be called off."""
+
+    def cancel(self) -> None: ...
+
+
+class Timers(Protocol):
+    """The dispatcher's time: a monotonic ``now`` and callbacks run once a delay has passed on that scale."""
+
+    def now(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable: ...
+
+
+class LoopTimers:
+    """The running event loop's clock and timers (the default)."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
+        return asyncio.get_running_loop().call_later(delay, callback)
 
 
 class CallObserver(Protocol):
@@ -116,10 +148,12 @@ class _Unobserved:
 class _Waiting:
     call: ApiCall
     due: float
-    timer: asyncio.TimerHandle | None = None
+    timer: Cancellable | None = None
 
 
 class Dispatcher:
+    """Queues, merges, delays, runs and retries usher's API writes (see the theory of operation above)."""
+
     def __init__(
         self,
         api: KubeApi,
@@ -128,8 +162,10 @@ class Dispatcher:
         retry: RetryPolicy | None = None,
         observer: CallObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        timers: Timers | None = None,
     ) -> None:
         self._api = api
+        self._timers: Timers = timers or LoopTimers()
         self._ready: asyncio.Queue[_Waiting | str] = asyncio.Queue()
         self._workers_count = workers
         self._workers: list[asyncio.Task[None]] = []
@@ -242,7 +278,7 @@ class Dispatcher:
     # ------------------------------------------------------------------ internals
 
     def _now(self) -> float:
-        return asyncio.get_running_loop().time()
+        return self._timers.now()
 
     def _schedule(self, key: str, waiting: _Waiting, due: float) -> None:
         if waiting.timer is not None:
@@ -253,7 +289,7 @@ class Dispatcher:
             waiting.timer = None
             self._ready.put_nowait(key)
         else:
-            waiting.timer = asyncio.get_running_loop().call_later(delay, self._ready.put_nowait, key)
+            waiting.timer = self._timers.call_later(delay, lambda: self._ready.put_nowait(key))
 
     def _drop_if_noop(self, key: str) -> None:
         waiting = self._waiting.get(key)
@@ -319,8 +355,7 @@ class Dispatcher:
         self._finish(call, result, pending=True)
 
     async def _execute(self, call_type: str, key: str | None, request: Request) -> ApiResult:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self._now()
         result = ApiResult(status=0, body={"message": "not attempted"})
         for attempt in range(1, self._retry.attempts + 1):
             retry_after: str | None = None
@@ -338,7 +373,7 @@ class Dispatcher:
                 delay = self._retry.delay(attempt, retry_after)
                 logger.info("%s %s: %s; retrying in %.2fs", call_type, key, result.message, delay)
                 await self._sleep(delay)
-        self._observer.call_finished(call_type, "success" if result.ok else "error", loop.time() - started)
+        self._observer.call_finished(call_type, "success" if result.ok else "error", self._now() - started)
         if not result.ok:
             # 404/409 are answers the caller handles (gone, already bound, conflict); anything else is a failure
             # users must be able to see, e.g. a 403 when RBAC lacks a verb.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 class WatchSink(Protocol):
+    """Where watch events go (the scheduler's event handlers), one call per event, in order per object."""
+
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
@@ -129,6 +131,8 @@ KINDS: tuple[Kind, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class SyncSettings:
+    """How `InitialSync` re-lists kinds whose listed objects are slow to arrive, and retries failed LISTs."""
+
     recheck: float = 5.0
     """Seconds without any awaited object delivered before the kinds still awaited are listed again."""
     max_recheck: float = 60.0
@@ -141,6 +145,8 @@ class SyncSettings:
 
 @dataclass(frozen=True, slots=True)
 class ReconcileSettings:
+    """How often and how carefully `Reconciler` looks for the deletions kopf missed."""
+
     interval: float = 300.0
     """Seconds between two rounds of looking for the deletions kopf missed (the first one after the sync)."""
     jitter: float = 0.2
@@ -169,8 +175,12 @@ def register(
     settings: SyncSettings = SyncSettings(),
     reconcile: ReconcileSettings = ReconcileSettings(),
     recorder: DeletionRecorder | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Watches:
-    """Register the handlers of one scheduler into a kopf registry."""
+    """Register the handlers of one scheduler into a kopf registry.
+
+    ``sleep`` is how the reconciler waits (between rounds, before its confirming LIST): injected by tests.
+    """
     sync = InitialSync(sink, KINDS, settings=settings)
 
     def dra(plural: str) -> Deliver:
@@ -180,7 +190,7 @@ def register(
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:
         _watch(registry, sync, holdings, group, plural)
-    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder))
+    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder, sleep=sleep))
 
 
 def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holdings, group: str, plural: str) -> None:
@@ -210,6 +220,8 @@ def object_key(meta: Mapping[str, Any]) -> str:
 
 
 class Lister(Protocol):
+    """Lists the keys of every object of one kind (the API server's, or a script in tests)."""
+
     async def __call__(self, group: str, plural: str) -> Collection[str] | None:
         """The `object_key` of every object of a kind, from one consistent LIST; None if the kind is not served.
 
@@ -342,6 +354,8 @@ class Holdings:
 
 
 class DeletionRecorder(Protocol):
+    """Counts the deletions the reconciler found that the watch never reported (the metrics adapter)."""
+
     def missed_deletion(self, kind: str) -> None:
         """One object of ``kind`` (a plural) was found deleted though the watch never said so."""
         ...
@@ -382,17 +396,19 @@ class Reconciler:
         settings: ReconcileSettings = ReconcileSettings(),
         recorder: DeletionRecorder | None = None,
         rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.holdings = holdings
         self.settings = settings
         self._kinds = tuple(kinds)
         self._recorder = recorder
         self._rng = rng or random.Random()
+        self._sleep = sleep
 
     async def run(self, lister: Lister) -> None:
         """Look for missed deletions every ``interval`` seconds (jittered), until cancelled. Start it once synced."""
         while True:
-            await asyncio.sleep(self.next_wait())
+            await self._sleep(self.next_wait())
             await self.round(lister)
 
     def next_wait(self) -> float:
@@ -421,7 +437,7 @@ class Reconciler:
         suspects = self._missing(plural, since, listed)
         if not suspects:
             return 0
-        await asyncio.sleep(self.settings.confirm_after)
+        await self._sleep(self.settings.confirm_after)
         listed = await lister(group, plural)
         if listed is None:
             return 0

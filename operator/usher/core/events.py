@@ -16,6 +16,8 @@ from typing import Any
 
 
 class ActionType(IntFlag):
+    """What happened to an object, as kube-scheduler's bit flags: one bit per kind of change."""
+
     ADD = 1
     DELETE = 2
     UPDATE_NODE_ALLOCATABLE = 4
@@ -66,6 +68,8 @@ _LABELS = {
 
 
 class Resource(StrEnum):
+    """The kind an event is about; pods split into assigned and unscheduled, ``*`` is the wildcard."""
+
     POD = "Pod"
     ASSIGNED_POD = "AssignedPod"
     UNSCHEDULED_POD = "UnscheduledPod"
@@ -84,6 +88,8 @@ class Resource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ClusterEvent:
+    """A change in the cluster (resource + action bits), as registered by plugins and as raised by handlers."""
+
     resource: Resource
     action: ActionType
     custom_label: str = ""
@@ -128,7 +134,6 @@ POD_ADD = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.ADD, "PodAdd")
 NODE_ADD = ClusterEvent(Resource.NODE, ActionType.ADD)
 NODE_DELETE = ClusterEvent(Resource.NODE, ActionType.DELETE)
 ASSIGNED_POD_ADD = ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD)
-ASSIGNED_POD_UPDATE = ClusterEvent(Resource.ASSIGNED_POD, ActionType.UPDATE)
 ASSIGNED_POD_DELETE = ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE)
 UNSCHEDULED_POD_UPDATE = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE)
 UNSCHEDULED_POD_DELETE = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.DELETE)

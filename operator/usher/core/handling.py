@@ -5,8 +5,8 @@ Every pod goes to the cache or the queue, never both:
   them, are counted in the cache; their add/update/delete is a cluster event
   (AssignedPodAdd ...) offered to the unschedulable pods;
 - unscheduled pods of our scheduler names are queued (Add/Update/Delete);
-- nodes update the cache and raise NodeAdd or one event per detected change
-  (heartbeats raise none);
+- nodes update the cache and raise NodeAdd, NodeDelete or one event per
+  detected change (heartbeats raise none);
 - everything else is ignored.
 
 A pod the API server served but usher cannot parse (a request quantity it
@@ -46,12 +46,16 @@ DELETED = "DELETED"
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
+    """A pod of ours the API server served but usher cannot parse, and why: for the runtime to report."""
+
     pod: Mapping[str, Any]
     message: str
 
 
 @dataclass
 class EventHandlers:
+    """Turns each watch event into cache updates, queue updates and cluster events (see the module docstring)."""
+
     cache: Cache
     queue: SchedulingQueue
     scheduler_names: Collection[str]
@@ -127,7 +131,12 @@ class EventHandlers:
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         name = str((raw.get("metadata") or {}).get("name") or "")
         if event_type == DELETED:
+            # Offered as kube-scheduler does (old = the node, new = None): a node leaving a topology
+            # domain can lower its skew (PodTopologySpread), so waiting for the 5-minute flush is wrong.
+            cached = self.cache.node(name)
+            gone = cached.raw if cached is not None else raw
             self.cache.remove_node(name)
+            self.queue.move_all(NODE_DELETE, gone, None)
             return NODE_DELETE.label
         old = self.cache.node(name)
         old_raw = old.raw if old is not None else None

@@ -3,10 +3,16 @@
 Pure. Lifecycle of a pod the scheduler places:
 
     assume(pod, node)      -- counted on the node at once, before the API call
-    finish_binding(key)    -- the binding call returned; start the expiry clock
     add_or_update_pod(pod) -- the watch shows it bound: confirmed, no longer assumed
+    remove_pod(key)        -- the watch shows it deleted (or terminal): uncounted
     forget(key)            -- the binding failed: uncounted again
-    cleanup_expired(now)   -- a binding that never showed up in the watch
+
+An assumed pod never expires, as in kube-scheduler (v1.37's cache.New takes
+no TTL and has no expiry at all): however late the watch is, the pod is
+counted on its node until the watch confirms or deletes it. Expiring it while
+the watch lags would under-count the node and place one pod too many there.
+A deletion missed during a watch gap reaches the cache through the watch
+reconciler, never through time.
 
 Pods that are terminal (Succeeded/Failed) free their node's resources, as in
 kube-scheduler. A pod seen on a node the watch has not listed yet is kept on
@@ -15,16 +21,11 @@ a placeholder NodeInfo so it is counted once the node appears.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from usher.core.cache.nodeinfo import NodeInfo
 from usher.core.types import NodeName, PodInfo, PodKey
-
-DEFAULT_ASSUMED_TTL = 30.0
-"""Seconds an assumed pod may wait for its binding to show in the watch after the call returned."""
 
 
 class NodeList(list[NodeInfo]):
@@ -55,21 +56,13 @@ def nodes_with_required_anti_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterabl
     return [node for node in nodes if node.pods_with_required_anti_affinity > 0]
 
 
-@dataclass(slots=True)
-class _Assumed:
-    pod: PodInfo
-    deadline: float | None  # None while the binding call is still running
-
-
 class Cache:
-    def __init__(self, *, assumed_ttl: float = DEFAULT_ASSUMED_TTL) -> None:
+    """Nodes and the pods counted on them (bound or assumed), as the scheduling cycle sees them. Pure."""
+
+    def __init__(self) -> None:
         self._nodes: dict[NodeName, NodeInfo] = {}
         self._pod_nodes: dict[PodKey, NodeName] = {}
-        self._assumed: dict[PodKey, _Assumed] = {}
-        self._assumed_ttl = assumed_ttl
-        self._deadlines: deque[tuple[float, PodKey]] = deque()
-        """(deadline, pod) in the order bindings finished: with one TTL, deadlines only grow, so
-        expiry looks at the head instead of every assumed pod on every pass of the loop."""
+        self._assumed: set[PodKey] = set()
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._node_list: NodeList | None = None
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
@@ -114,14 +107,14 @@ class Cache:
 
     def add_or_update_pod(self, pod: PodInfo) -> None:
         """Reflect a pod the watch shows as bound (or no longer bound, or terminal)."""
-        self._assumed.pop(pod.key, None)
+        self._assumed.discard(pod.key)
         if not pod.assigned or pod.terminal:
             self.remove_pod(pod.key)
             return
         self._place(pod, NodeName(pod.node_name))
 
     def remove_pod(self, key: PodKey) -> None:
-        self._assumed.pop(key, None)
+        self._assumed.discard(key)
         node = self._pod_nodes.pop(key, None)
         if node is None:
             return
@@ -161,13 +154,7 @@ class Cache:
         if pod.key in self._pod_nodes:
             raise ValueError(f"pod {pod.key} is already counted on node {self._pod_nodes[pod.key]}")
         self._place(pod, node)
-        self._assumed[pod.key] = _Assumed(pod=pod, deadline=None)
-
-    def finish_binding(self, key: PodKey, now: float) -> None:
-        assumed = self._assumed.get(key)
-        if assumed is not None:
-            assumed.deadline = now + self._assumed_ttl
-            self._deadlines.append((assumed.deadline, key))
+        self._assumed.add(pod.key)
 
     def forget(self, key: PodKey) -> None:
         if key in self._assumed:
@@ -175,18 +162,6 @@ class Cache:
 
     def is_assumed(self, key: PodKey) -> bool:
         return key in self._assumed
-
-    def cleanup_expired(self, now: float) -> list[PodKey]:
-        expired: list[PodKey] = []
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            deadline, key = deadlines.popleft()
-            assumed = self._assumed.get(key)
-            # Skip entries of pods confirmed, forgotten, or assumed again since (a newer deadline).
-            if assumed is not None and assumed.deadline == deadline:
-                expired.append(key)
-                self.remove_pod(key)
-        return expired
 
     # -- reading -------------------------------------------------------------
 

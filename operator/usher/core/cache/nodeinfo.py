@@ -29,6 +29,11 @@ def non_zero_requests(pod: PodInfo) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class NodeInfo:
+    """One node and the pods counted on it, with the sums plugins read kept current on every add and remove.
+
+    ``raw`` is None for a node the watch has not shown (yet) or deleted while pods still count on it.
+    """
+
     name: NodeName
     raw: Mapping[str, Any] | None = None
     allocatable: ResourceList = field(default_factory=dict)

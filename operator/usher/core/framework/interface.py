@@ -9,7 +9,7 @@ functions must be pure and fast: they run on every matching cluster event.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from usher.core.events import ClusterEvent
@@ -66,13 +66,6 @@ class PreFilterResult:
     """A PreFilter may narrow the nodes worth filtering (None = all)."""
 
     node_names: frozenset[str] | None = None
-
-
-@dataclass(slots=True)
-class NodeScore:
-    name: NodeName
-    score: int = 0
-    by_plugin: dict[str, int] = field(default_factory=dict)
 
 
 MAX_NODE_SCORE = 100

@@ -163,9 +163,6 @@ class Framework:
         """Plugin name -> the cluster events (and hints) that may undo its rejections."""
         return self._hints
 
-    def plugin_names(self) -> list[str]:
-        return [p.name for p in self.plugins.all]
-
     # ------------------------------------------------------------------ queueing
 
     def run_pre_enqueue(self, pod: PodInfo) -> Status:

@@ -12,6 +12,8 @@ SortKey = Callable[[QueuedPod], tuple[Any, ...]]
 
 
 class ActiveQueue:
+    """activeQ's heap in QueueSort order, ties broken by entry order; stale entries are skipped lazily."""
+
     def __init__(self, sort_key: SortKey) -> None:
         self._sort_key = sort_key
         self._heap: list[tuple[tuple[Any, ...], int, QueuedPod]] = []

@@ -13,6 +13,12 @@ from usher.core.queue.queuedpod import QueuedPod, Where
 
 
 class BackoffQueue:
+    """backoffQ's two heaps, ordered by (backoff expiry, entry); pure storage, the queue decides the moves.
+
+    Entries are removed lazily: a pod that left (moved or deleted) keeps a stale heap
+    entry, recognised because its ``where``/``entry`` no longer match, and skipped.
+    """
+
     def __init__(self) -> None:
         self._normal: list[tuple[float, int, QueuedPod]] = []
         self._errors: list[tuple[float, int, QueuedPod]] = []

@@ -17,6 +17,8 @@ from usher.core.types import PodKey
 
 @dataclass(frozen=True, slots=True)
 class RecordedEvent:
+    """One cluster event seen while a pod was in flight, numbered on the same sequence as the pops."""
+
     seq: int
     event: ClusterEvent
     old: Any
@@ -24,6 +26,11 @@ class RecordedEvent:
 
 
 class InFlight:
+    """The pods being scheduled and the events since the oldest of them was popped (kube's inFlightEvents).
+
+    Events are kept only while some pod in flight was popped before them.
+    """
+
     def __init__(self) -> None:
         self._pods: dict[PodKey, int] = {}  # pod -> sequence number when popped
         self._events: deque[RecordedEvent] = deque()

@@ -13,6 +13,8 @@ from usher.core.types import PodInfo, PodKey
 
 
 class Where(Enum):
+    """Which sub-queue holds a pod; exactly one at any time outside a transition."""
+
     ACTIVE = "active"
     BACKOFF = "backoff"
     UNSCHEDULABLE = "unschedulable"  # includes gated pods (see QueuedPod.gated)
@@ -22,6 +24,8 @@ class Where(Enum):
 
 @dataclass(slots=True, eq=False)
 class QueuedPod:
+    """One unscheduled pod while the queue holds it: where it is, its attempts, and who rejected or gates it."""
+
     pod: PodInfo
     timestamp: float
     """Queue timestamp: set on add, reset each time the pod comes back after a failed attempt."""

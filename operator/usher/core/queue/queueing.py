@@ -23,8 +23,11 @@ Every unscheduled pod of our profiles is in exactly one place:
               +--- its gate -+--------+---- unschedulable pool <-+
                                      (events + QueueingHints; flush after 5 min)
 
-Every move into activeQ runs PreEnqueue first, so a pod can only be popped
-if every PreEnqueue plugin accepts it.
+Every move into activeQ or backoffQ runs PreEnqueue first (backoffQ as in
+kube-scheduler with SchedulerPopFromBackoffQ), and so does every way out of
+backoffQ (the expiry flush, an early pop): its answer may change while the
+pod waits. A pod can only be popped if every PreEnqueue plugin accepts it
+at that moment; one rejected on any of these paths is parked as gated.
 
 Events: a cluster event is offered to the pods in the pool. Only the
 QueueingHints of the plugins that rejected a pod are asked about it, and
@@ -147,6 +150,8 @@ class _Silent:
 
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
+    """The queue's tunables, with kube-scheduler's defaults (seconds) and feature gates."""
+
     initial_backoff: float = DEFAULT_INITIAL_BACKOFF
     max_backoff: float = DEFAULT_MAX_BACKOFF
     max_in_unschedulable: float = DEFAULT_MAX_IN_UNSCHEDULABLE
@@ -165,6 +170,8 @@ class _Interest:
 
 
 class SchedulingQueue:
+    """kube-scheduler's PriorityQueue: the one owner of every pod transition (theory of operation above). Pure."""
+
     def __init__(
         self,
         clock: Clock,
@@ -192,6 +199,8 @@ class SchedulingQueue:
         self._move_request_cycle = -1
         self._last_pool_flush = clock.now()
         self._interest_cache: dict[ClusterEvent, _Interest] = {}
+        self._hint_failures_logged: set[tuple[str, str, str]] = set()
+        """(kind, plugin, event) already logged: a buggy hint raises for every pod, every event."""
 
     # ------------------------------------------------------------------ pods
 
@@ -258,14 +267,17 @@ class SchedulingQueue:
     def pop(self) -> QueuedPod | None:
         """The next pod to schedule; None when nothing is ready."""
         queued = self._active.pop()
-        event = ""
-        if queued is None and self._options.pop_from_backoff_q:
-            queued = self._backoff.pop_normal_head()
-            event = POP_FROM_BACKOFF_Q.label
+        while queued is None and self._options.pop_from_backoff_q:
+            head = self._backoff.pop_normal_head()
+            if head is None:
+                break
+            # PreEnqueue's answer may have changed while the pod waited (a claim deleted ...):
+            # a pod it now rejects is parked as gated and the next head is tried.
+            if self._admitted(head, POP_FROM_BACKOFF_Q.label):
+                queued = head
+                self._recorder.incoming(Where.ACTIVE.value, POP_FROM_BACKOFF_Q.label)
         if queued is None:
             return None
-        if event:
-            self._recorder.incoming(Where.ACTIVE.value, event)
         self._cycle += 1
         queued.where = Where.IN_FLIGHT
         queued.attempts += 1
@@ -276,10 +288,6 @@ class SchedulingQueue:
             self._in_flight.start(queued.key)
         queued.popped_cycle = self._cycle
         return queued
-
-    @property
-    def scheduling_cycle(self) -> int:
-        return self._cycle
 
     def done(self, key: PodKey) -> None:
         """The pod's attempt is over and it was placed: it leaves the queue for good."""
@@ -347,7 +355,7 @@ class SchedulingQueue:
         self._move_request_cycle = self._cycle
         if self._options.queueing_hints:
             self._in_flight.record(event, old, new)
-        narrowed = self._pre_queueing_hints(interest, old, new) if not event.is_wildcard else None
+        narrowed = self._pre_queueing_hints(interest, event, old, new) if not event.is_wildcard else None
         if narrowed is not None and narrowed.complete:
             candidates = [self._pods[k] for k in narrowed.union if k in self._pods]
             candidates = [q for q in candidates if q.where is Where.UNSCHEDULABLE]
@@ -458,7 +466,7 @@ class SchedulingQueue:
         self._interest_cache[event] = interest
         return interest
 
-    def _pre_queueing_hints(self, interest: _Interest, old: Any, new: Any) -> _Narrowed | None:
+    def _pre_queueing_hints(self, interest: _Interest, event: ClusterEvent, old: Any, new: Any) -> _Narrowed | None:
         """Ask each interested plugin's PreQueueingHint once. None: every pod must be checked."""
         if not self._options.pre_queueing_hints:
             return None
@@ -472,7 +480,8 @@ class SchedulingQueue:
                     break
                 try:
                     result = reg.pre_hint(old, new)
-                except Exception:
+                except Exception as exc:
+                    self._log_hint_failure("PreQueueingHint", plugin, event, exc, "checking every pod it rejected")
                     result = PreQueueingHintResult(all_pods=True)
                 if result.all_pods:
                     all_pods = True
@@ -529,12 +538,31 @@ class SchedulingQueue:
         started = self._timer()
         try:
             hint = reg.hint(queued.pod, old, new)
-        except Exception:
+        except Exception as exc:
+            self._log_hint_failure("QueueingHint", plugin, event, exc, f"counting it as Queue for pod {queued.key}")
             hint, label = QueueingHint.QUEUE, "Error"
         else:
             label = "Queue" if hint is QueueingHint.QUEUE else "QueueSkip"
         self._recorder.hint_evaluated(plugin, event.label, label, self._timer() - started)
         return hint
+
+    def _log_hint_failure(
+        self, kind: str, plugin: str, event: ClusterEvent, error: Exception, consequence: str
+    ) -> None:
+        """Log a raising (Pre)QueueingHint with its traceback, once per (plugin, event): it is a plugin bug."""
+        seen = (kind, plugin, event.label)
+        if seen in self._hint_failures_logged:
+            return
+        self._hint_failures_logged.add(seen)
+        logger.warning(
+            "%s of plugin %s raised on event %s: %r; %s (logged once per plugin and event)",
+            kind,
+            plugin,
+            event.label,
+            error,
+            consequence,
+            exc_info=error,
+        )
 
     # ------------------------------------------------------------------ transitions
 
@@ -554,6 +582,8 @@ class SchedulingQueue:
 
     def _requeue(self, queued: QueuedPod, strategy: Strategy, label: str) -> None:
         if strategy is Strategy.AFTER_BACKOFF and self.is_backing_off(queued):
+            if not self._admitted(queued, label):
+                return  # as kube-scheduler with SchedulerPopFromBackoffQ: gated, not backing off
             self._leave(queued)
             queued.backoff_expiry = queued.timestamp + self.backoff_duration(queued)
             queued.last_event = label
@@ -564,6 +594,19 @@ class SchedulingQueue:
 
     def _to_active_or_gated(self, queued: QueuedPod, label: str) -> None:
         """Every way into activeQ passes PreEnqueue; a rejection parks the pod as gated."""
+        if not self._admitted(queued, label):
+            return
+        self._leave(queued)
+        self._push_active(queued)
+        self._recorder.incoming(Where.ACTIVE.value, label)
+
+    def _admitted(self, queued: QueuedPod, label: str) -> bool:
+        """Run PreEnqueue before a move into activeQ or backoffQ (or a pop from backoffQ).
+
+        A rejection parks the pod in the pool as gated (where it already is, if the same
+        plugin still holds it) and returns False; a pass clears its gate, leaves it where
+        it is for the caller to move, and returns True.
+        """
         profile = self._profiles.get(queued.pod.scheduler_name)
         status = profile.run_pre_enqueue(queued.pod) if profile is not None else Status()
         queued.last_event = label
@@ -576,15 +619,13 @@ class SchedulingQueue:
                 self._leave(queued)
                 queued.gating_plugin = gate
                 self._to_pool(queued, label)
-            return
-        self._leave(queued)
+            return False
         queued.gating_plugin = ""
         queued.gating_message = ""
         if self._reporter is not None and queued.last_rejection_message:
             queued.last_rejection_message = ""
             self._reporter.cleared(queued)
-        self._push_active(queued)
-        self._recorder.incoming(Where.ACTIVE.value, label)
+        return True
 
     def _report_rejection(self, queued: QueuedPod, message: str) -> None:
         """KEP-5501: report a new rejection message once; seeded from the pod so a restart repeats nothing."""

@@ -21,6 +21,11 @@ def holders(queued: QueuedPod) -> frozenset[str]:
 
 
 class UnschedulablePool:
+    """The pods waiting for a cluster event (rejected) or for their PreEnqueue gate (gated), by key and by holder.
+
+    ``gated_count`` and the holder index reflect each pod as it was when it entered.
+    """
+
     def __init__(self) -> None:
         self._pods: dict[PodKey, tuple[QueuedPod, bool, frozenset[str]]] = {}
         self._by_plugin: dict[str, dict[PodKey, QueuedPod]] = {}

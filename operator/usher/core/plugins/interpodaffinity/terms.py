@@ -97,10 +97,6 @@ def matches_all(terms: tuple[AffinityTerm, ...], pod: PodInfo, ns_labels_of: Nam
     return all(t.matches_pod(pod, ns_labels_of) for t in terms)
 
 
-def matches_any(terms: tuple[AffinityTerm, ...], pod: PodInfo, ns_labels_of: NamespaceLabelsOf | None) -> bool:
-    return any(t.matches_pod(pod, ns_labels_of) for t in terms)
-
-
 # ------------------------------------------------------------------ parsing
 
 
