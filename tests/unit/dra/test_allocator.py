@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice, node_selector, sub_request
-from usher.core.dra.allocator import (
+from usher.core.dra.allocation import (
     REASON_CANNOT_ALLOCATE,
     REASON_TIMED_OUT,
     AllocationOutcome,

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from usher.core.dra.allocation import Allocation
 from usher.core.dra.model import (
     Claim,
     DeviceClass,
@@ -51,7 +52,7 @@ def _newer_or_equal(version: str, than: str) -> bool:
 class InFlight:
     pod: PodKey
     claim_uid: str
-    allocation: Any  # allocator.Allocation
+    allocation: Allocation
     devices: frozenset[DeviceId]
 
 

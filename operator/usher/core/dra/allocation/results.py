@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from usher.core.dra.allocation.pools import Candidate
 from usher.core.dra.model import Claim, DeviceClass, DeviceId
-from usher.core.dra.pools import Candidate
 
 
 @dataclass(frozen=True, slots=True)
