@@ -120,15 +120,6 @@ class DraState:
         self._recount(old, self.claim(key))
         return claim
 
-    def forget_assumed(self, key: str) -> None:
-        old = self.claim(key)
-        if self._assumed.pop(key, None) is not None:
-            self._recount(old, self.claim(key))
-
-    def claims(self) -> list[Claim]:
-        keys = set(self._watched) | set(self._assumed)
-        return [c for k in keys if (c := self.claim(k)) is not None]
-
     # ------------------------------------------------------------------ in flight
 
     def add_in_flight(self, key: str, entry: InFlight) -> None:
