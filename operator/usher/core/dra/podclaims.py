@@ -32,6 +32,8 @@ class PodClaim:
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
+    """The claims a pod needs, as far as they can be named yet, and why not all of them if not."""
+
     claims: tuple[PodClaim, ...]
     problem: str = ""
     """Why the pod's claims cannot be resolved yet (a PreEnqueue message); empty when resolved."""

@@ -50,6 +50,8 @@ def _newer_or_equal(version: str, than: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
+    """An allocation chosen in Reserve and not yet written: its devices are taken until PreBind or Unreserve."""
+
     pod: PodKey
     claim_uid: str
     allocation: Allocation
@@ -57,6 +59,11 @@ class InFlight:
 
 
 class DraState:
+    """Claims, slices and classes as watched (and as usher wrote them), in-flight allocations, devices in use.
+
+    Fed by watch events and by the DynamicResources plugin; see the module docstring for the rules.
+    """
+
     def __init__(self) -> None:
         self._watched: dict[str, Claim] = {}
         self._assumed: dict[str, Claim] = {}

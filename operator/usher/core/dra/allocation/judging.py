@@ -27,7 +27,7 @@ class AbortError(Exception):
 
 
 class TimedOutError(Exception):
-    pass
+    """The deadline passed: this node is Unschedulable, others may still be tried."""
 
 
 class Judge:

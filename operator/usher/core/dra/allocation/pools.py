@@ -58,6 +58,8 @@ class Pool:
 
 
 class _SliceEntry:
+    """One slice in the inventory, its devices made candidates once, and its position in the pool order."""
+
     __slots__ = ("alone", "candidates", "order", "pool", "slice")
 
     def __init__(self, slice_: Slice, pool: Pool, order: int) -> None:

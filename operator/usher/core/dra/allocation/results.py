@@ -65,6 +65,8 @@ class ChosenRequest:
 
 @dataclass(frozen=True, slots=True)
 class Pick:
+    """One device the allocator picked: for which request (``req`` or ``req/sub``), and whether with adminAccess."""
+
     request: str
     admin_access: bool
     candidate: Candidate

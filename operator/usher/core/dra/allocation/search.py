@@ -88,6 +88,12 @@ _FAIL: Final = "fail"
 
 
 class Search:
+    """One node's depth-first search over a plan's claims, requests and devices; :meth:`run` it once.
+
+    Built per node: it prepares each claim (the node's part of planning, which may raise
+    :class:`AbortError`), and after a successful run ``claims`` holds each claim's choices and devices.
+    """
+
     def __init__(
         self,
         plan: ClaimsPlan,
@@ -149,6 +155,7 @@ class Search:
     # ------------------------------------------------------------ search
 
     def run(self) -> bool:
+        """Search until the first complete solution (True) or none is left (False); raises as :class:`Judge` does."""
         first = self._frame_at(0, 0, 0, 0, in_sub=False)
         if not isinstance(first, _Frame):
             return first is _DONE
