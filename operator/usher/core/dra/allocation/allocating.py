@@ -1,10 +1,9 @@
 """The allocator's entry points and their outcomes: :func:`allocate` and :func:`remembered_outcome`. Pure.
 
-Each runs the first descent (:mod:`~usher.core.dra.allocation.descent`) when the plan allows,
-then the search (:mod:`~usher.core.dra.allocation.search`), and turns what they raise
-(:mod:`~usher.core.dra.allocation.judging`) into an :class:`AllocationOutcome`. Each claim's
-``status.allocation`` is built from the solution only when it is first read. The theory of
-operation is in the package's docstring.
+Each runs the first descent (:mod:`.descent`) when the plan allows, then the search
+(:mod:`.search`), and turns what they raise (:mod:`.judging`) into an
+:class:`AllocationOutcome`. Each claim's ``status.allocation`` is built from the solution only
+when it is first read. The theory of operation is in the package's docstring.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 In a plain plan (ExactCount requests without alternatives, adminAccess or constraints) each
 slot's first choice is the first free matching device in pool order, so :func:`descend` walks
-the devices as :mod:`usher.core.dra.allocation.search` would, without a stack, and leaves the search only
-the backtracking. :func:`descend_remembered` starts each pool from what an earlier descent
-found at the pool's in-use version, so a pool nothing was taken from or freed in since costs a
-lookup, not a walk past its in-use devices; :func:`surely_unsatisfiable` rejects a node from
-the memo's free-device counts, without a search, when nothing can go wrong. These are shortcuts,
-never other answers: they pick, judge and fail as the search would.
+the devices as :mod:`.search` would, without a stack, and leaves the search only the
+backtracking. :func:`descend_remembered` starts each pool from what an earlier descent found at
+the pool's in-use version, so a pool nothing was taken from or freed in since costs a lookup,
+not a walk past its in-use devices; :func:`surely_unsatisfiable` rejects a node from the memo's
+free-device counts, without a search, when nothing can go wrong. These are shortcuts, never
+other answers: they pick, judge and fail as the search would.
 """
 
 from __future__ import annotations

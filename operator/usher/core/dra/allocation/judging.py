@@ -1,13 +1,12 @@
 """Running a request's selectors on a device, and the two ways an allocation stops early. Pure.
 
-The first descent (:mod:`usher.core.dra.allocation.descent`) and the search (:mod:`usher.core.dra.allocation.search`)
-judge devices alike: class selectors, then request selectors, each answer kept in the request's
-memo so that no device is judged twice, and the deadline checked before a selector runs. A
-selector that fails takes the memo's answers that relied on it along and raises
-``AbortError``, which the descent and the search also raise for an invalid pool or an
-impossible claim (an Error outcome: no node can do better); a passed deadline is
-``TimedOutError`` (Unschedulable). :func:`usher.core.dra.allocation.allocate` turns both into
-outcomes.
+The first descent (:mod:`.descent`) and the search (:mod:`.search`) judge devices alike: class
+selectors, then request selectors, each answer kept in the request's memo so that no device is
+judged twice, and the deadline checked before a selector runs. A selector that fails takes the
+memo's answers that relied on it along and raises ``AbortError``, which the descent and the
+search also raise for an invalid pool or an impossible claim (an Error outcome: no node can do
+better); a passed deadline is ``TimedOutError`` (Unschedulable). :func:`.allocating.allocate`
+turns both into outcomes.
 """
 
 from __future__ import annotations

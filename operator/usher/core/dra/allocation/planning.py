@@ -6,7 +6,7 @@ reuses them on every node. Each request also reads and adds to the selector answ
 of a :class:`MatchMemo`, which outlives the cycle: pods asking alike share the answers, and a
 device is judged once rather than once per pod and node. Beside the answers, the memo keeps
 what earlier calls learned about each pool's free devices at its in-use version (free counts,
-:class:`FirstFree`), from which :mod:`usher.core.dra.allocation.descent` answers without walking the pool.
+:class:`FirstFree`), from which :mod:`.descent` answers without walking the pool.
 """
 
 from __future__ import annotations

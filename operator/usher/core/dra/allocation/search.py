@@ -5,8 +5,8 @@ devices each needs, in pool order; a dead end gives back what its choice took an
 next. Decision points are frames on an explicit stack, so large claims cannot exhaust Python's
 recursion limit. Before it searches, each claim does the node's part of planning:
 ``allocationMode: All`` requests collect their devices and the claim's device count is checked,
-raising errors in kube's order. Plain plans mostly never get here: :mod:`usher.core.dra.allocation.descent`
-finds their first solution without frames.
+raising errors in kube's order. Plain plans mostly never get here: :mod:`.descent` finds their
+first solution without frames.
 """
 
 from __future__ import annotations
