@@ -78,7 +78,6 @@ class BindingCycle:
         if status.ok:
             status = await framework.run_bind(state, pod, node)
         if status.ok:
-            self._cache.finish_binding(pod.key, self._clock.now())
             self._queue.done(pod.key)
             framework.run_post_bind(state, pod, node)
             self._scheduled(assumed)

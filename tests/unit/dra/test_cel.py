@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -169,12 +170,20 @@ def test_a_runaway_comprehension_is_stopped_by_the_iteration_budget(
 
 
 def test_an_evaluation_over_the_time_limit_fails_and_refuses_the_expression_from_then_on() -> None:
-    evaluator = SelectorEvaluator(time_limit=0.0)
-    expression = f"{_range(500)}.all(i, i >= 0)"
-    with pytest.raises(CelError, match=re.escape("over the limit of 0.0s")):
+    cpu_seconds = itertools.count(step=0.25)
+    evaluator = SelectorEvaluator(time_limit=0.1, cpu_clock=lambda: float(next(cpu_seconds)))
+    expression = "true"
+    with pytest.raises(CelError, match=re.escape("evaluation took 0.250s of CPU, over the limit of 0.1s")):
         evaluator.matches(expression, A100)
     with pytest.raises(CelError, match="refused: an earlier evaluation took"):
         evaluator.matches(expression, A100)
+
+
+def test_an_evaluation_using_exactly_the_time_limit_succeeds() -> None:
+    cpu_seconds = itertools.count(step=0.25)  # exact in binary: each evaluation takes 0.25s, no more
+    evaluator = SelectorEvaluator(time_limit=0.25, cpu_clock=lambda: float(next(cpu_seconds)))
+    assert evaluator.matches("true", A100)
+    assert evaluator.matches("true", A100)
 
 
 def test_compiles_once_for_many_devices_and_caches_errors_too(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.frameworks import FakeHandle
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
 from tests.unit.dra.test_batch_filter import CLASSES, _claim, _cluster, _device
-from usher.core.dra.allocator import AllocationOutcome, Inventory, MatchMemo, allocate, plan_claims
+from usher.core.dra.allocation import AllocationOutcome, Inventory, MatchMemo, allocate, plan_claims
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import Claim, parse_claim
 from usher.core.dra.state import InFlight

@@ -304,14 +304,18 @@ class SelectorEvaluator:
     Not thread-safe. ``time_limit`` is CPU seconds per evaluation: CEL-C++
     cannot be interrupted, so the check comes after the evaluation, which then
     fails, and the expression is refused from then on (static cost and the
-    iteration budget keep that evaluation itself bounded).
+    iteration budget keep that evaluation itself bounded). ``cpu_clock`` reads
+    the thread's CPU seconds (injected so tests need no slow expression).
     """
 
-    def __init__(self, *, cache_size: int = 4096, time_limit: float = 0.1) -> None:
+    def __init__(
+        self, *, cache_size: int = 4096, time_limit: float = 0.1, cpu_clock: Callable[[], float] = time.thread_time
+    ) -> None:
         self._environment = _new_environment()
         self._cache: dict[str, _Compiled] = {}
         self._cache_size = max(1, cache_size)
         self._time_limit = time_limit
+        self._cpu_clock = cpu_clock
         self._device: DeviceInput | None = None
         self._data: dict[str, Any] = {}
         self._activations: dict[frozenset[str], Any] = {}
@@ -328,12 +332,12 @@ class SelectorEvaluator:
         if compiled.error:
             raise CelError(compiled.error)
         activation = self._activation(device, compiled.domains)
-        started = time.thread_time()
+        started = self._cpu_clock()
         try:
             result = compiled.program.eval(activation)
         except Exception as exc:  # budget exhausted, recursion limit, a value the library cannot convert
             raise CelError(f"evaluation failed: {_message(exc)}") from exc
-        elapsed = time.thread_time() - started
+        elapsed = self._cpu_clock() - started
         if elapsed > self._time_limit:
             error = f"evaluation took {elapsed:.3f}s of CPU, over the limit of {self._time_limit}s"
             self._cache[expression] = _Compiled(error=f"refused: an earlier {error}")

@@ -58,6 +58,8 @@ class DeviceId(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Device:
+    """One ``spec.devices[]`` entry of a ResourceSlice: what selectors see, and where it is reachable."""
+
     name: str
     attributes: Mapping[str, Mapping[str, AttributeValue]]
     """domain -> id -> value."""
@@ -75,6 +77,8 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Slice:
+    """A ResourceSlice: one driver's devices in one pool, at one generation, and how nodes reach them."""
+
     name: str
     driver: str
     pool: str
@@ -93,6 +97,8 @@ class Slice:
 
 @dataclass(frozen=True, slots=True)
 class DeviceClass:
+    """A DeviceClass: the selectors and configuration every request naming it gets."""
+
     name: str
     selectors: tuple[str, ...]
     """CEL expressions, all of which must be true for a device of this class."""
@@ -125,6 +131,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
+    """One ``spec.devices.constraints[]`` entry: a ``matchAttribute`` the listed requests' devices share."""
+
     requests: tuple[str, ...]
     """Request names (``req`` or ``req/sub``) the constraint applies to; empty means all."""
     match_attribute: str
@@ -133,6 +141,8 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """A ResourceClaim as usher needs it: its requests, constraints and configs, and its allocation status."""
+
     namespace: str
     name: str
     uid: str
@@ -153,6 +163,7 @@ class Claim:
 
     @property
     def key(self) -> str:
+        """``namespace/name``, as state and messages name a claim."""
         return f"{self.namespace}/{self.name}"
 
 

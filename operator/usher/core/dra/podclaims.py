@@ -24,15 +24,16 @@ from usher.core.types import PodKey
 
 @dataclass(frozen=True, slots=True)
 class PodClaim:
-    """One claim a pod needs: the entry name in the pod, the claim's name, and whether a template made it."""
+    """One claim a pod needs: the claim's name, and whether a template made it."""
 
-    pod_claim_name: str
     claim_name: str
     from_template: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
+    """The claims a pod needs, as far as they can be named yet, and why not all of them if not."""
+
     claims: tuple[PodClaim, ...]
     problem: str = ""
     """Why the pod's claims cannot be resolved yet (a PreEnqueue message); empty when resolved."""
@@ -47,14 +48,14 @@ def resolve_pod_claims(pod: Mapping[str, Any]) -> Resolution:
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = entry.get("name", "")
         if entry.get("resourceClaimName"):
-            claims.append(PodClaim(name, entry["resourceClaimName"], from_template=False))
+            claims.append(PodClaim(entry["resourceClaimName"], from_template=False))
         elif entry.get("resourceClaimTemplateName"):
             if name not in statuses:
                 pod_ref = f"{meta.get('namespace')}/{meta.get('name')}"
                 return Resolution(tuple(claims), f'pod "{pod_ref}": ResourceClaim not created yet')
             generated = statuses[name]
             if generated:
-                claims.append(PodClaim(name, generated, from_template=True))
+                claims.append(PodClaim(generated, from_template=True))
         else:
             return Resolution(tuple(claims), "none of the supported fields are set")
     return Resolution(tuple(claims))
@@ -101,6 +102,3 @@ class ClaimIndex:
 
     def pods_for(self, claim_key: str) -> frozenset[PodKey]:
         return frozenset(self._pods_by_claim.get(claim_key, ()))
-
-    def __len__(self) -> int:
-        return len(self._claims_by_pod)

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
+    """An API server's answer to a claim read or write: the HTTP status and the body it returned."""
+
     status: int
     body: Mapping[str, Any]
 
@@ -31,6 +33,8 @@ class WriteResult:
 
 
 class ClaimWriter(Protocol):
+    """Reads and writes ResourceClaims for PreBind and Unreserve; the adapters implement it over the API."""
+
     async def get(self, namespace: str, name: str) -> WriteResult:
         """Read the claim from the API server (after a conflict)."""
         ...

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from usher.core.dra.allocation import Allocation
 from usher.core.dra.model import (
     Claim,
     DeviceClass,
@@ -49,13 +50,20 @@ def _newer_or_equal(version: str, than: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
+    """An allocation chosen in Reserve and not yet written: its devices are taken until PreBind or Unreserve."""
+
     pod: PodKey
     claim_uid: str
-    allocation: Any  # allocator.Allocation
+    allocation: Allocation
     devices: frozenset[DeviceId]
 
 
 class DraState:
+    """Claims, slices and classes as watched (and as usher wrote them), in-flight allocations, devices in use.
+
+    Fed by watch events and by the DynamicResources plugin; see the module docstring for the rules.
+    """
+
     def __init__(self) -> None:
         self._watched: dict[str, Claim] = {}
         self._assumed: dict[str, Claim] = {}
@@ -118,15 +126,6 @@ class DraState:
             self._assumed[key] = claim
         self._recount(old, self.claim(key))
         return claim
-
-    def forget_assumed(self, key: str) -> None:
-        old = self.claim(key)
-        if self._assumed.pop(key, None) is not None:
-            self._recount(old, self.claim(key))
-
-    def claims(self) -> list[Claim]:
-        keys = set(self._watched) | set(self._assumed)
-        return [c for k in keys if (c := self.claim(k)) is not None]
 
     # ------------------------------------------------------------------ in flight
 

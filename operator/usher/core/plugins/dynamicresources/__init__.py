@@ -10,7 +10,7 @@
   rebuilt only when a slice changed. The claims are planned here, once for
   every node (nothing in a plan depends on the node).
 - Filter: allocate all unallocated claims of the pod together on the node
-  (structured parameters, see core/dra/allocator.py), devices taken by any
+  (structured parameters, see core/dra/allocation/), devices taken by any
   claim (whoever allocated it) or in flight excluded. Selector results are
   remembered per device until a slice changes (core/dra/matching.py). In
   batches, a node with too few free matching devices is rejected without a
@@ -43,12 +43,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from usher.core.dra.allocator import (
+from usher.core.dra.allocation import (
     REASON_CANNOT_ALLOCATE,
     AllocationOutcome,
     ClaimsPlan,
     Inventory,
     MatchMemo,
+    VisiblePool,
     allocate,
     plan_claims,
     remembered_outcome,
@@ -57,7 +58,6 @@ from usher.core.dra.allocator import (
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import Claim, DeviceId
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
-from usher.core.dra.pools import VisiblePool
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource

@@ -1,36 +1,35 @@
 """Running a request's selectors on a device, and the two ways an allocation stops early. Pure.
 
-The first descent (:mod:`usher.core.dra.descent`) and the search (:mod:`usher.core.dra.search`)
-judge devices alike: class selectors, then request selectors, each answer kept in the request's
-memo so that no device is judged twice, and the deadline checked before a selector runs. A
-selector that fails takes the memo's answers that relied on it along and raises
-``_AbortError``, which the descent and the search also raise for an invalid pool or an
-impossible claim (an Error outcome: no node can do better); a passed deadline is
-``_TimedOutError`` (Unschedulable). :func:`usher.core.dra.allocator.allocate` turns both into
-outcomes.
+The first descent (:mod:`.descent`) and the search (:mod:`.search`) judge devices alike: class
+selectors, then request selectors, each answer kept in the request's memo so that no device is
+judged twice, and the deadline checked before a selector runs. A selector that fails takes the
+memo's answers that relied on it along and raises ``AbortError``, which the descent and the
+search also raise for an invalid pool or an impossible claim (an Error outcome: no node can do
+better); a passed deadline is ``TimedOutError`` (Unschedulable). :func:`.allocating.allocate`
+turns both into outcomes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from usher.core.dra.allocation.planning import ClaimPlan, MatchMemo, PlannedRequest
+from usher.core.dra.allocation.pools import Candidate
 from usher.core.dra.model import Device
-from usher.core.dra.planning import MatchMemo, _ClaimPlan, _Request
-from usher.core.dra.pools import Candidate
 
 Evaluate = Callable[[str, Device, str], bool]
 """``evaluate(expression, device, driver)``: a CEL selector's result; raises for a CEL error."""
 
 
-class _AbortError(Exception):
+class AbortError(Exception):
     """Allocation cannot continue anywhere: an Error outcome."""
 
 
-class _TimedOutError(Exception):
-    pass
+class TimedOutError(Exception):
+    """The deadline passed: this node is Unschedulable, others may still be tried."""
 
 
-class _Judge:
+class Judge:
     """Runs a request's selectors on a device the request has no answer for yet."""
 
     __slots__ = ("deadline", "evaluate", "memo", "now")
@@ -43,9 +42,9 @@ class _Judge:
 
     def check_deadline(self) -> None:
         if self.deadline is not None and self.now() > self.deadline:
-            raise _TimedOutError
+            raise TimedOutError
 
-    def selectable(self, claim: _ClaimPlan, request: _Request, candidate: Candidate) -> bool:
+    def selectable(self, claim: ClaimPlan, request: PlannedRequest, candidate: Candidate) -> bool:
         """Class selectors, then request selectors (cached per device for the request, as kube does)."""
         cached = request.matches.get(candidate)
         if cached is not None:
@@ -71,7 +70,7 @@ class _Judge:
                         if of_class
                         else f"claim {claim.claim.key}, request {request.name}"
                     )
-                    raise _AbortError(
+                    raise AbortError(
                         f"{where}: selector #{i} {expression!r} on device {candidate.id}: CEL runtime error: {exc}"
                     ) from exc
         request.matches[candidate] = matches

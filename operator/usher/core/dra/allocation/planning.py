@@ -6,7 +6,7 @@ reuses them on every node. Each request also reads and adds to the selector answ
 of a :class:`MatchMemo`, which outlives the cycle: pods asking alike share the answers, and a
 device is judged once rather than once per pod and node. Beside the answers, the memo keeps
 what earlier calls learned about each pool's free devices at its in-use version (free counts,
-:class:`_FirstFree`), from which :mod:`usher.core.dra.descent` answers without walking the pool.
+:class:`FirstFree`), from which :mod:`.descent` answers without walking the pool.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from usher.core.dra.allocation.pools import Candidate, VisiblePool
 from usher.core.dra.model import ALL, RESULTS_MAX_SIZE, Claim, Constraint, DeviceClass, SubRequest
-from usher.core.dra.pools import Candidate, VisiblePool
 
 
 def _constraint_applies(constraint: Constraint, base: str, sub: str) -> bool:
@@ -35,7 +35,7 @@ class MatchMemo:
 
     Beside the answers, each combination keeps how many of a pool's devices it accepts that are
     free (see :func:`surely_unsatisfiable`), and which they are as far as a search looked for them
-    (see :class:`_FirstFree`), per pool and in-use version of the pool.
+    (see :class:`FirstFree`), per pool and in-use version of the pool.
 
     A selector that fails (a CEL error, or one refused after running over its CPU limit) takes
     the answers that relied on it along: it must fail again wherever it would be evaluated.
@@ -46,7 +46,7 @@ class MatchMemo:
     def __init__(self, *, max_combinations: int = 64) -> None:
         self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
         self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, tuple[int, int]]] = {}
-        self._first_free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, _FirstFree]] = {}
+        self._first_free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, FirstFree]] = {}
         self._max = max(1, max_combinations)
 
     def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
@@ -63,7 +63,7 @@ class MatchMemo:
         """A pool as nodes see it -> (its in-use version, the free devices the combination accepts, or -1).
 
         -1 where an answer was not known; forgotten with the answers, and when over
-        ``_MAX_COUNTS`` pools (inventories with node selectors make a pool's view per call).
+        ``MAX_COUNTS`` pools (inventories with node selectors make a pool's view per call).
         """
         key = (class_selectors, request_selectors)
         found = self._free.get(key)
@@ -73,10 +73,10 @@ class MatchMemo:
 
     def first_free(
         self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
-    ) -> dict[VisiblePool, _FirstFree]:
+    ) -> dict[VisiblePool, FirstFree]:
         """A pool as nodes see it -> the free devices the combination accepts, as far as found.
 
-        Forgotten with the answers, and when over ``_MAX_COUNTS`` pools.
+        Forgotten with the answers, and when over ``MAX_COUNTS`` pools.
         """
         key = (class_selectors, request_selectors)
         found = self._first_free.get(key)
@@ -102,11 +102,11 @@ class MatchMemo:
             self.clear()
 
 
-_MAX_COUNTS: Final = 65536
+MAX_COUNTS: Final = 65536
 """Pools a combination's free counts or first free devices are kept for, before they are forgotten."""
 
 
-class _FirstFree:
+class FirstFree:
     """The free devices one combination of selectors accepts in one pool view, in pool order, as far as found.
 
     Holds while the pool's in-use version is ``version``: ``found`` lists the devices of
@@ -125,7 +125,7 @@ class _FirstFree:
         self.position = 0
 
 
-class _Request:
+class PlannedRequest:
     """A request without sub-requests, or one sub-request, ready for the search on any node.
 
     ``matches`` holds the selector results per device: they depend on the device and the
@@ -173,7 +173,7 @@ class _Request:
         """ExactCount, no adminAccess, no constraint: any free matching device will do."""
 
 
-class _ClaimPlan:
+class ClaimPlan:
     """One claim's requests and their alternatives, as far as planning got.
 
     ``error`` is the first node-independent error (a missing class): each node walks
@@ -197,9 +197,9 @@ class _ClaimPlan:
 
     def __init__(self, claim: Claim, classes: Mapping[str, DeviceClass], memo: MatchMemo) -> None:
         self.claim = claim
-        self.requests: list[tuple[_Request, ...]] = []
+        self.requests: list[tuple[PlannedRequest, ...]] = []
         self.has_subs: list[bool] = []
-        self.partial: tuple[_Request, ...] = ()
+        self.partial: tuple[PlannedRequest, ...] = ()
         self.error = ""
         for request in claim.requests:
             subs = (
@@ -207,7 +207,7 @@ class _ClaimPlan:
                 if request.exactly is not None
                 else [(s.name, s) for s in request.first_available]
             )
-            alternatives: list[_Request] = []
+            alternatives: list[PlannedRequest] = []
             for sub, spec in subs:
                 class_ = classes.get(spec.class_name)
                 if class_ is None:
@@ -215,7 +215,7 @@ class _ClaimPlan:
                     self.error = f"claim {claim.key}, request {name}: device class {spec.class_name} does not exist"
                     self.partial = tuple(alternatives)
                     break
-                alternatives.append(_Request(request.name, sub, spec, class_, claim.constraints, memo))
+                alternatives.append(PlannedRequest(request.name, sub, spec, class_, claim.constraints, memo))
             if self.error:
                 break
             self.requests.append(tuple(alternatives))
@@ -244,11 +244,11 @@ class ClaimsPlan:
 
     __slots__ = ("checkable", "claims", "demands", "memo", "plain")
 
-    def __init__(self, claims: tuple[_ClaimPlan, ...], memo: MatchMemo) -> None:
+    def __init__(self, claims: tuple[ClaimPlan, ...], memo: MatchMemo) -> None:
         self.claims = claims
         self.memo = memo
         self.plain = bool(claims) and all(claim.plain for claim in claims)
-        """There are claims, and every one is plain (see :func:`_descend`)."""
+        """There are claims, and every one is plain (see :func:`descend`)."""
         requests = [r for claim in claims for alternatives in claim.requests for r in alternatives]
         self.checkable = (
             bool(claims)
@@ -256,11 +256,11 @@ class ClaimsPlan:
             and not any(r.admin for r in requests)
         )
         """Whether a node can fail only for want of devices: see :func:`surely_unsatisfiable`."""
-        demands: dict[int, _Demand] = {}
+        demands: dict[int, Demand] = {}
         for request in requests:
             demand = demands.get(id(request.matches))
             if demand is None:
-                demand = demands[id(request.matches)] = _Demand(request, memo)
+                demand = demands[id(request.matches)] = Demand(request, memo)
         for claim in claims:
             for alternatives, has_subs in zip(claim.requests, claim.has_subs, strict=True):
                 if not has_subs:
@@ -269,12 +269,12 @@ class ClaimsPlan:
         """Per combination of selectors: the devices that ExactCount requests without alternatives need."""
 
 
-class _Demand:
+class Demand:
     """How many distinct devices some requests need, all accepted by one combination of selectors."""
 
     __slots__ = ("count", "free", "matches")
 
-    def __init__(self, request: _Request, memo: MatchMemo) -> None:
+    def __init__(self, request: PlannedRequest, memo: MatchMemo) -> None:
         self.matches = request.matches
         self.free = memo.free_counts(request.class_.selectors, request.selectors)
         self.count = 0
@@ -299,10 +299,10 @@ def plan_claims(
         memo = MatchMemo()
     else:
         memo.make_room()
-    return ClaimsPlan(tuple(_ClaimPlan(claim, classes, memo) for claim in claims), memo)
+    return ClaimsPlan(tuple(ClaimPlan(claim, classes, memo) for claim in claims), memo)
 
 
-_Solution = tuple["_ClaimPlan", tuple[int, ...], tuple[tuple["_Request", Candidate], ...]]
+Solution = tuple["ClaimPlan", tuple[int, ...], tuple[tuple["PlannedRequest", Candidate], ...]]
 """One claim's solution: its plan, which sub-request each request chose, and the devices in pick order.
 
 A plain tuple: Filter makes one per claim and feasible node, and a tuple is built in C.

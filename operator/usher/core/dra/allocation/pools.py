@@ -42,14 +42,13 @@ class Candidate:
 class Pool:
     """All slices of one (driver, pool) at its newest generation."""
 
-    __slots__ = ("driver", "duplicates", "generation", "incomplete", "key", "name")
+    __slots__ = ("driver", "duplicates", "incomplete", "key", "name")
 
-    def __init__(self, driver: str, name: str, generation: int, *, incomplete: bool) -> None:
+    def __init__(self, driver: str, name: str, *, incomplete: bool) -> None:
         self.driver = driver
         self.name = name
         self.key = (driver, name)
         """(driver, pool), as the in-use versions name a pool."""
-        self.generation = generation
         self.incomplete = incomplete
         self.duplicates = False
         """Some device name occurs twice among all its slices (then checked again per node)."""
@@ -59,6 +58,8 @@ class Pool:
 
 
 class _SliceEntry:
+    """One slice in the inventory, its devices made candidates once, and its position in the pool order."""
+
     __slots__ = ("alone", "candidates", "order", "pool", "slice")
 
     def __init__(self, slice_: Slice, pool: Pool, order: int) -> None:
@@ -101,10 +102,9 @@ class Inventory:
     name only, so each node's answer is kept: Filter asks for every node in every cycle.
     """
 
-    __slots__ = ("_all_nodes", "_by_node", "_by_selector", "_per_device", "_seen_by_name", "pools")
+    __slots__ = ("_all_nodes", "_by_node", "_by_selector", "_per_device", "_seen_by_name")
 
     def __init__(self) -> None:
-        self.pools: tuple[Pool, ...] = ()
         self._by_node: dict[str, list[_SliceEntry]] = {}
         self._all_nodes: list[_SliceEntry] = []
         self._by_selector: list[_SliceEntry] = []
@@ -117,13 +117,11 @@ class Inventory:
         for slice_ in slices:
             grouped[(slice_.driver, slice_.pool)].append(slice_)
         inventory = cls()
-        pools: list[Pool] = []
         order = 0
         for (driver, name), members in sorted(grouped.items()):
             generation = max(s.generation for s in members)
             current = sorted((s for s in members if s.generation == generation), key=lambda s: s.name)
-            pool = Pool(driver, name, generation, incomplete=len(current) != current[0].slice_count)
-            pools.append(pool)
+            pool = Pool(driver, name, incomplete=len(current) != current[0].slice_count)
             names: set[str] = set()
             for slice_ in current:
                 for device in slice_.devices:
@@ -140,7 +138,6 @@ class Inventory:
                 elif slice_.per_device:
                     inventory._per_device.append(entry)
                 # Else some future way of reaching nodes: visible nowhere, as in kube.
-        inventory.pools = tuple(pools)
         return inventory
 
     def visible_pools(self, node_name: str, node_labels: Mapping[str, str]) -> Sequence[VisiblePool]:

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from usher.core.dra.allocation.pools import Candidate
 from usher.core.dra.model import Claim, DeviceClass, DeviceId
-from usher.core.dra.pools import Candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,8 @@ class ChosenRequest:
 
 @dataclass(frozen=True, slots=True)
 class Pick:
+    """One device the allocator picked: for which request (``req`` or ``req/sub``), and whether with adminAccess."""
+
     request: str
     admin_access: bool
     candidate: Candidate

@@ -5,8 +5,8 @@ devices each needs, in pool order; a dead end gives back what its choice took an
 next. Decision points are frames on an explicit stack, so large claims cannot exhaust Python's
 recursion limit. Before it searches, each claim does the node's part of planning:
 ``allocationMode: All`` requests collect their devices and the claim's device count is checked,
-raising errors in kube's order. Plain plans mostly never get here: :mod:`usher.core.dra.descent`
-finds their first solution without frames.
+raising errors in kube's order. Plain plans mostly never get here: :mod:`.descent` finds their
+first solution without frames.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Container, Iterator, Sequence
 from typing import Any, Final
 
-from usher.core.dra.judging import _AbortError, _Judge
+from usher.core.dra.allocation.judging import AbortError, Judge
+from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest
+from usher.core.dra.allocation.pools import Candidate, VisiblePool
 from usher.core.dra.model import RESULTS_MAX_SIZE, Constraint, Device, DeviceId
-from usher.core.dra.planning import ClaimsPlan, _ClaimPlan, _Request
-from usher.core.dra.pools import Candidate, VisiblePool
 
 
 class _MatchAttribute:
@@ -52,15 +52,15 @@ class _ClaimSearch:
 
     __slots__ = ("devices", "plan", "results", "selected", "trackers")
 
-    def __init__(self, plan: _ClaimPlan) -> None:
+    def __init__(self, plan: ClaimPlan) -> None:
         self.plan = plan
         self.trackers = [_MatchAttribute(c) for c in plan.claim.constraints] if plan.claim.constraints else []
         self.selected = [0] * len(plan.requests)
-        self.results: list[tuple[_Request, Candidate]] = []
-        self.devices: dict[_Request, list[Candidate]] = {}
+        self.results: list[tuple[PlannedRequest, Candidate]] = []
+        self.devices: dict[PlannedRequest, list[Candidate]] = {}
         """For All requests: the devices, collected up front."""
 
-    def needed(self, request: _Request) -> int:
+    def needed(self, request: PlannedRequest) -> int:
         return len(self.devices[request]) if request.all_mode else request.count
 
 
@@ -87,13 +87,19 @@ _DONE: Final = "done"
 _FAIL: Final = "fail"
 
 
-class _Search:
+class Search:
+    """One node's depth-first search over a plan's claims, requests and devices; :meth:`run` it once.
+
+    Built per node: it prepares each claim (the node's part of planning, which may raise
+    :class:`AbortError`), and after a successful run ``claims`` holds each claim's choices and devices.
+    """
+
     def __init__(
         self,
         plan: ClaimsPlan,
         pools: Sequence[VisiblePool],
         in_use: Container[DeviceId],
-        judge: _Judge,
+        judge: Judge,
     ) -> None:
         self.pools = pools
         self.in_use = in_use
@@ -108,7 +114,7 @@ class _Search:
 
     # ------------------------------------------------------------ the node's part of planning
 
-    def _prepare(self, plan: _ClaimPlan) -> _ClaimSearch:
+    def _prepare(self, plan: ClaimPlan) -> _ClaimSearch:
         claim = _ClaimSearch(plan)
         minimum = plan.minimum
         if not plan.fixed:
@@ -122,24 +128,24 @@ class _Search:
                 if request.all_mode:
                     self._all_devices(claim, request)
             if plan.error:
-                raise _AbortError(plan.error)
+                raise AbortError(plan.error)
         if minimum > RESULTS_MAX_SIZE:
-            raise _AbortError(
+            raise AbortError(
                 f"claim {plan.claim.key}: number of requested devices {minimum} "
                 f"exceeds the claim limit of {RESULTS_MAX_SIZE}"
             )
         return claim
 
-    def _all_devices(self, claim: _ClaimSearch, request: _Request) -> list[Candidate]:
+    def _all_devices(self, claim: _ClaimSearch, request: PlannedRequest) -> list[Candidate]:
         devices: list[Candidate] = []
         for visible in self.pools:
             if visible.pool.incomplete:
-                raise _AbortError(
+                raise AbortError(
                     f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
                     f"but resource pool {visible.pool} is currently being updated"
                 )
             if visible.invalid:
-                raise _AbortError(
+                raise AbortError(
                     f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
                     f"but resource pool {visible.pool} is currently invalid"
                 )
@@ -149,6 +155,7 @@ class _Search:
     # ------------------------------------------------------------ search
 
     def run(self) -> bool:
+        """Search until the first complete solution (True) or none is left (False); raises as :class:`Judge` does."""
         first = self._frame_at(0, 0, 0, 0, in_sub=False)
         if not isinstance(first, _Frame):
             return first is _DONE
@@ -222,7 +229,7 @@ class _Search:
             return self._frame_at(frame.claim, frame.request, frame.sub, len(devices), in_sub=in_sub)
         return None
 
-    def _candidates(self, ci: int, request: _Request) -> Iterator[Candidate]:
+    def _candidates(self, ci: int, request: PlannedRequest) -> Iterator[Candidate]:
         """Free devices for one slot of an ExactCount request, checked lazily against the search's state.
 
         Each is checked just before it is yielded, and the search takes or skips it before asking
@@ -235,7 +242,7 @@ class _Search:
         admin = request.admin
         for visible in self.pools:
             if visible.invalid:
-                raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
             for candidate in visible.candidates:
                 picked = picked_by.get(candidate)
                 if admin:
@@ -249,7 +256,7 @@ class _Search:
                 if selectable and not candidate.device.consumes_counters:
                     yield candidate
 
-    def _usable(self, ci: int, request: _Request, candidate: Candidate) -> bool:
+    def _usable(self, ci: int, request: PlannedRequest, candidate: Candidate) -> bool:
         """Whether an All request's device is free for it (ExactCount's are checked as they are found)."""
         picked = self.picked.get(candidate)
         if request.admin:
@@ -259,14 +266,14 @@ class _Search:
             return False
         return not candidate.device.consumes_counters
 
-    def _take(self, claim: _ClaimSearch, ci: int, request: _Request, candidate: Candidate, *, must: bool) -> bool:
+    def _take(self, claim: _ClaimSearch, ci: int, request: PlannedRequest, candidate: Candidate, *, must: bool) -> bool:
         """Pick a free device for the request if the claim's constraints allow; undone by :meth:`_give_back`."""
         if request.constraints:
             trackers = claim.trackers
             for n, i in enumerate(request.constraints):
                 if not trackers[i].add(candidate.device):
                     if must:
-                        raise _AbortError(
+                        raise AbortError(
                             f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
                             f"{candidate.id} because a claim constraint would not be satisfied"
                         )

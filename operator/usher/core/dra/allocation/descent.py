@@ -1,62 +1,62 @@
 """The search's first descent without frames, and what memory alone tells about a node. Pure.
 
 In a plain plan (ExactCount requests without alternatives, adminAccess or constraints) each
-slot's first choice is the first free matching device in pool order, so :func:`_descend` walks
-the devices as :mod:`usher.core.dra.search` would, without a stack, and leaves the search only
-the backtracking. :func:`_descend_remembered` starts each pool from what an earlier descent
-found at the pool's in-use version, so a pool nothing was taken from or freed in since costs a
-lookup, not a walk past its in-use devices; :func:`surely_unsatisfiable` rejects a node from
-the memo's free-device counts, without a search, when nothing can go wrong. These are shortcuts,
-never other answers: they pick, judge and fail as the search would.
+slot's first choice is the first free matching device in pool order, so :func:`descend` walks
+the devices as :mod:`.search` would, without a stack, and leaves the search only the
+backtracking. :func:`descend_remembered` starts each pool from what an earlier descent found at
+the pool's in-use version, so a pool nothing was taken from or freed in since costs a lookup,
+not a walk past its in-use devices; :func:`surely_unsatisfiable` rejects a node from the memo's
+free-device counts, without a search, when nothing can go wrong. These are shortcuts, never
+other answers: they pick, judge and fail as the search would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping, Sequence
 
-from usher.core.dra.judging import Evaluate, _AbortError, _Judge, _TimedOutError
+from usher.core.dra.allocation.judging import AbortError, Evaluate, Judge, TimedOutError
+from usher.core.dra.allocation.planning import MAX_COUNTS, ClaimPlan, ClaimsPlan, FirstFree, PlannedRequest, Solution
+from usher.core.dra.allocation.pools import Candidate, VisiblePool
 from usher.core.dra.model import DeviceId
-from usher.core.dra.planning import _MAX_COUNTS, ClaimsPlan, _ClaimPlan, _FirstFree, _Request, _Solution
-from usher.core.dra.pools import Candidate, VisiblePool
 
 
-def _descend(
+def descend(
     plan: ClaimsPlan,
     pools: Sequence[VisiblePool],
     in_use: Container[DeviceId],
     evaluate: Evaluate,
     deadline: float | None,
     now: Callable[[], float],
-) -> list[_Solution] | bool:
+) -> list[Solution] | bool:
     """The depth-first search's first descent, for plain plans: each slot takes the first free device.
 
     Without alternatives or constraints every slot's first choice is the first free matching
     device in pool order, so the descent needs no frames and no search state: it walks the
-    devices as :class:`_Search` would, in the same order (the same selectors run, the same errors
+    devices as :class:`Search` would, in the same order (the same selectors run, the same errors
     are met). The solutions when every slot got a device (the search's first solution), False
     when the first slot got none (the search finds none either), True when a later slot got
     none: the search must backtrack (the answers stay, so nothing is evaluated twice).
     """
     picked: set[Candidate] = set()
-    solutions: list[_Solution] = []
-    judge: _Judge | None = None  # only once a selector must run
+    solutions: list[Solution] = []
+    judge: Judge | None = None  # only once a selector must run
     for claim in plan.claims:
-        results: list[tuple[_Request, Candidate]] = []
+        results: list[tuple[PlannedRequest, Candidate]] = []
         for request in claim.slots:
             if deadline is not None and now() > deadline:
-                raise _TimedOutError
+                raise TimedOutError
             matches = request.matches
             found = None
             for visible in pools:
                 if visible.invalid:
-                    raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                    raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
                 for candidate in visible.candidates:
                     if candidate in picked or candidate.id in in_use:
                         continue
                     selectable = matches.get(candidate)
                     if selectable is None:
                         if judge is None:
-                            judge = _Judge(evaluate, plan.memo, deadline, now)
+                            judge = Judge(evaluate, plan.memo, deadline, now)
                         selectable = judge.selectable(claim, request, candidate)
                     if selectable and not candidate.device.consumes_counters:
                         found = candidate
@@ -75,7 +75,7 @@ class _UnrememberedError(Exception):
     """Walking on would judge a device the descent skips (picked, answer unknown)."""
 
 
-def _descend_remembered(
+def descend_remembered(
     plan: ClaimsPlan,
     pools: Sequence[VisiblePool],
     in_use: Container[DeviceId],
@@ -83,23 +83,23 @@ def _descend_remembered(
     evaluate: Evaluate | None,
     deadline: float | None,
     now: Callable[[], float],
-) -> list[_Solution] | bool | None:
-    """:func:`_descend`, from each pool's :class:`_FirstFree` at its current in-use version.
+) -> list[Solution] | bool | None:
+    """:func:`descend`, from each pool's :class:`FirstFree` at its current in-use version.
 
     Picks the same devices, judges the same devices in the same order and meets the same errors,
     but a pool unchanged since an earlier descent with the same selectors costs a lookup, not a
-    walk past its in-use devices. None rather than judge a device :func:`_descend` skips (one
+    walk past its in-use devices. None rather than judge a device :func:`descend` skips (one
     picked for an earlier slot, whose answer for this slot's selectors is not known), and
     without ``evaluate`` (recall only) rather than walk at all.
     """
     # Tuples: a plan has a few slots at most, candidates compare by identity, and () is never built.
     picked: tuple[Candidate, ...] = ()
-    solutions: list[_Solution] = []
+    solutions: list[Solution] = []
     for claim in plan.claims:
-        results: tuple[tuple[_Request, Candidate], ...] = ()
+        results: tuple[tuple[PlannedRequest, Candidate], ...] = ()
         for request in claim.slots:
             if deadline is not None and now() > deadline:
-                raise _TimedOutError
+                raise TimedOutError
             kept = request.first_free
             found = None
             for visible in pools:
@@ -107,10 +107,10 @@ def _descend_remembered(
                 if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
                     # Invalid pools get no walk: a walk found says the pool is valid.
                     if visible.invalid:
-                        raise _AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
-                    if len(kept) >= _MAX_COUNTS:
+                        raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                    if len(kept) >= MAX_COUNTS:
                         kept.clear()
-                    walk = kept[visible] = _FirstFree(use_versions.get(visible.pool.key, 0))
+                    walk = kept[visible] = FirstFree(use_versions.get(visible.pool.key, 0))
                 if not picked:
                     if walk.found:
                         found = walk.found[0]
@@ -122,11 +122,11 @@ def _descend_remembered(
                 if found is None and walk.position < len(visible.candidates):
                     if evaluate is None:
                         return None
-                    judge = _Judge(evaluate, plan.memo, deadline, now)
+                    judge = Judge(evaluate, plan.memo, deadline, now)
                     try:
                         found = _walk_on(walk, visible, claim, request, in_use, picked, judge)
                     except _UnrememberedError:
-                        return None  # what it judged is remembered: _descend judges nothing twice
+                        return None  # what it judged is remembered: descend judges nothing twice
                 if found is not None:
                     break
             else:
@@ -138,13 +138,13 @@ def _descend_remembered(
 
 
 def _walk_on(
-    walk: _FirstFree,
+    walk: FirstFree,
     visible: VisiblePool,
-    claim: _ClaimPlan,
-    request: _Request,
+    claim: ClaimPlan,
+    request: PlannedRequest,
     in_use: Container[DeviceId],
     picked: Container[Candidate],
-    judge: _Judge,
+    judge: Judge,
 ) -> Candidate | None:
     """Walk the pool on from where ``walk`` stopped, to the next free accepted device not picked (or None)."""
     candidates = visible.candidates
@@ -196,7 +196,7 @@ def surely_unsatisfiable(
             version = use_versions.get(visible.pool.key, 0)
             known = demand.free.get(visible)
             if known is None or known[0] != version:
-                if len(demand.free) >= _MAX_COUNTS:
+                if len(demand.free) >= MAX_COUNTS:
                     demand.free.clear()
                 # Not knowing (-1) is remembered too, until the version changes: searching is always right.
                 known = demand.free[visible] = (

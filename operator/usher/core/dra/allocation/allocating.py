@@ -1,48 +1,9 @@
-"""The structured-parameters allocator: devices for all of a pod's unallocated claims on one node. Pure.
+"""The allocator's entry points and their outcomes: :func:`allocate` and :func:`remembered_outcome`. Pure.
 
-Theory of operation, as kube-scheduler's DynamicResources plugin does it
-(``k8s.io/dynamic-resource-allocation/structured``, the stable variant):
-
-1. Plan every request, once per scheduling cycle (:func:`plan_claims`): look
-   up its class and the claim constraints that apply to it. Nothing here
-   depends on the node, so Filter reuses the plan on every node, and with it
-   each request's selector results per device (which a :class:`MatchMemo`
-   can carry over to the next cycles).
-2. Gather the pools the node can reach (:mod:`usher.core.dra.pools`).
-3. For ``allocationMode: All`` collect every matching device up front
-   (refused while a reachable pool is incomplete or invalid). A claim needing
-   more than 32 devices is an error.
-4. Search depth-first over claims, then requests (a ``firstAvailable``
-   request tries its sub-requests in order), then the devices each needs, and
-   backtrack on failure. A device is taken if it is in use elsewhere or already
-   picked in this search; adminAccess requests ignore both, except that one
-   claim never gets the same device twice. Class selectors, then request
-   selectors, must be true; ``matchAttribute`` constraints must hold within
-   the claim. Meeting an invalid pool while looking for devices is an error.
-   The first complete solution wins. For claims of plain requests (ExactCount,
-   no adminAccess, no constraint, no alternatives) the first descent starts
-   from the first free devices an earlier descent found in each pool, while
-   the pool's in-use version holds (:class:`_FirstFree`): a pool nothing was
-   taken from or freed in since costs a lookup, not a walk.
-5. Build each claim's ``status.allocation`` (:mod:`usher.core.dra.results`),
-   when it is first read: results, configs (FromClass first, then FromClaim)
-   and the node selector the devices imply. Filter finds a solution on every
-   node, Reserve reads only the chosen node's.
-
-Errors are raised where kube raises them while walking the claims in order
-(a missing class, then an ``All`` request's pools, then the claim's device
-count), so a plan keeps the error it met and each node replays the walk up to
-it. Outcomes mirror the plugin's Filter: no solution is "cannot allocate all
-claims", a passed deadline is "timed out trying to allocate devices" (both
-Unschedulable), and CEL errors, invalid pools or impossible requests are an
-error that aborts the scheduling attempt. The search is iterative (an explicit
-stack), so large claims cannot exhaust Python's recursion limit.
-
-The parts live beside this module: :mod:`usher.core.dra.planning` (1, and the memo of selector
-answers), :mod:`usher.core.dra.search` (3 and 4), :mod:`usher.core.dra.descent` (4's first
-descent, and what memory alone tells), :mod:`usher.core.dra.judging` (selectors on a device, and
-the errors that stop an allocation). Here are the entry points and their outcomes; callers
-import everything they need from this module.
+Each runs the first descent (:mod:`.descent`) when the plan allows, then the search
+(:mod:`.search`), and turns what they raise (:mod:`.judging`) into an
+:class:`AllocationOutcome`. Each claim's ``status.allocation`` is built from the solution only
+when it is first read. The theory of operation is in the package's docstring.
 """
 
 from __future__ import annotations
@@ -52,29 +13,16 @@ from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
-from usher.core.dra.descent import _descend, _descend_remembered, surely_unsatisfiable
-from usher.core.dra.judging import Evaluate, _AbortError, _Judge, _TimedOutError
+from usher.core.dra.allocation.descent import descend, descend_remembered
+from usher.core.dra.allocation.judging import AbortError, Evaluate, Judge, TimedOutError
+from usher.core.dra.allocation.planning import ClaimsPlan, Solution
+from usher.core.dra.allocation.pools import Inventory, VisiblePool
+from usher.core.dra.allocation.results import Allocation, ChosenRequest, Pick, build_allocation
+from usher.core.dra.allocation.search import Search
 from usher.core.dra.model import DeviceId
-from usher.core.dra.planning import ClaimsPlan, MatchMemo, _Solution, plan_claims
-from usher.core.dra.pools import Inventory, VisiblePool
-from usher.core.dra.results import Allocation, ChosenRequest, Pick, build_allocation
-from usher.core.dra.search import _Search
 from usher.core.selectors import SelectorError
 
-__all__ = [
-    "REASON_CANNOT_ALLOCATE",
-    "REASON_TIMED_OUT",
-    "Allocation",
-    "AllocationOutcome",
-    "ClaimsPlan",
-    "Evaluate",
-    "Inventory",
-    "MatchMemo",
-    "allocate",
-    "plan_claims",
-    "remembered_outcome",
-    "surely_unsatisfiable",
-]
+__all__ = ["REASON_CANNOT_ALLOCATE", "REASON_TIMED_OUT", "AllocationOutcome", "allocate", "remembered_outcome"]
 
 REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 REASON_TIMED_OUT: Final = "timed out trying to allocate devices"
@@ -99,7 +47,7 @@ class AllocationOutcome(NamedTuple):
 # ---------------------------------------------------------------- results, built when read
 
 
-def _allocation(solution: _Solution) -> Allocation:
+def _allocation(solution: Solution) -> Allocation:
     plan, selected, results = solution
     chosen: list[ChosenRequest] = []
     for index, alternatives in enumerate(plan.requests):
@@ -118,7 +66,7 @@ class _Allocations(Mapping[str, Allocation]):
 
     __slots__ = ("_built", "_solutions")
 
-    def __init__(self, solutions: list[_Solution]) -> None:
+    def __init__(self, solutions: list[Solution]) -> None:
         self._solutions = solutions
         self._built: dict[str, Allocation] | None = None
 
@@ -164,8 +112,8 @@ def remembered_outcome(
     if not plan.plain:
         return None
     try:
-        descent = _descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
-    except _AbortError:
+        descent = descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
+    except AbortError:
         return None  # an invalid pool: allocate reports it
     if descent is False:
         return _NO_SOLUTION
@@ -213,21 +161,21 @@ def allocate(
         if plan.plain:
             descent = None
             if use_versions is not None:
-                descent = _descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
+                descent = descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
             if descent is None:
-                descent = _descend(plan, pools, in_use, evaluate, deadline, now)
+                descent = descend(plan, pools, in_use, evaluate, deadline, now)
             if descent is False:
                 return _NO_SOLUTION
             if descent is not True:
                 return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
-        search = _Search(plan, pools, in_use, _Judge(evaluate, plan.memo, deadline, now))
+        search = Search(plan, pools, in_use, Judge(evaluate, plan.memo, deadline, now))
         found = search.run()
-    except _TimedOutError:
+    except TimedOutError:
         return _NO_TIME
     except SelectorError as exc:
         message = f"failed to perform node selection: {exc}"
         return AllocationOutcome(ok=False, reason=message, error=message)
-    except _AbortError as exc:
+    except AbortError as exc:
         return AllocationOutcome(ok=False, reason=str(exc), error=str(exc))
     if not found:
         return _NO_SOLUTION
