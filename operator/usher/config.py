@@ -18,10 +18,11 @@ from typing import Any
 
 import yaml
 
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.interface import EXTENSION_POINTS, Handle, Plugin, ScorePlugin
 from usher.core.framework.runtime import Framework, FrameworkRecorder, PluginSet
 from usher.core.plugins import names
-from usher.core.plugins.registry import PluginArgsError, Registry
+from usher.core.plugins.registry import Registry
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"
