@@ -28,10 +28,11 @@ from usher.adapters.kubeapi import KubeApi
 from usher.adapters.leading import LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
-from usher.config import FeatureGates, SchedulerConfig
+from usher.config import SchedulerConfig
 from usher.core.clock import MonotonicClock
 from usher.core.types import pod_key
 from usher.explaining import explain, queue_summary
+from usher.features import FeatureGates
 from usher.runtime import Scheduler
 
 logger = logging.getLogger(__name__)

@@ -24,12 +24,13 @@ from usher.adapters.binding import ALREADY_BOUND, POD_GONE, DispatcherBinder
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.metrics import Metrics
 from usher.adapters.reporting import condition_patch, event_path, pod_event_body, pod_status_call
-from usher.config import FeatureGates, SchedulerConfig, build_framework, parse_feature_gates
+from usher.config import SchedulerConfig
 from usher.core.cache import Cache
 from usher.core.clock import Clock
 from usher.core.cycle import NodeSampler, schedule
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
+from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import Binder
 from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
@@ -37,6 +38,7 @@ from usher.core.handling import EventHandlers
 from usher.core.plugins.registry import Registry, in_tree_registry
 from usher.core.queue import QueuedPod, QueueOptions, SchedulingQueue
 from usher.core.types import Code, NodeName, PodKey, Status
+from usher.features import FeatureGates, parse_feature_gates
 from usher.notready import DEFAULT_DELAY, NotReadyReporter
 
 logger = logging.getLogger(__name__)
@@ -170,14 +172,14 @@ class Scheduler:
             options=QueueOptions(
                 initial_backoff=config.pod_initial_backoff_seconds,
                 max_backoff=config.pod_max_backoff_seconds,
-                queueing_hints=self.gates.enabled("SchedulerQueueingHints"),
-                pre_queueing_hints=self.gates.enabled("SchedulerPreQueueingHints"),
-                pop_from_backoff_q=self.gates.enabled("SchedulerPopFromBackoffQ"),
+                queueing_hints=self.gates.queueing_hints,
+                pre_queueing_hints=self.gates.pre_queueing_hints,
+                pop_from_backoff_q=self.gates.pop_from_backoff_q,
             ),
             recorder=metrics,
             reporter=(
                 NotReadyReporter(dispatcher, self._emit_event, delay=status_delay)
-                if self.gates.enabled("SchedulerPreEnqueuePodStatus")
+                if self.gates.pre_enqueue_pod_status
                 else None
             ),
         )

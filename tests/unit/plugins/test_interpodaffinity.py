@@ -10,9 +10,10 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
-from usher.config import build_framework, parse_config
+from usher.config import parse_config
 from usher.core.cache import Cache, NodeInfo
 from usher.core.framework.args import PluginArgsError
+from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import EnqueueExtensions
 from usher.core.plugins import interpodaffinity
