@@ -395,3 +395,11 @@ def test_a_missing_file_and_bad_yaml_are_clear(tmp_path: Any) -> None:
     bad.write_text("profiles: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad, registry=in_tree_registry())
+
+
+def test_the_readme_example_configuration_loads() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("## Configuration file", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(yaml.safe_load(example), registry=in_tree_registry())
+    assert config.scheduler_names == ["usher", "usher-packed"]
+    assert config.metrics_bind_address == "0.0.0.0:10251" and config.ignored == ()
