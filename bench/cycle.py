@@ -21,10 +21,11 @@ import time
 from typing import Any
 
 from bench import workloads
-from usher.config import build_framework, default_config
+from usher.config import default_config
 from usher.core.cache import Cache
 from usher.core.cycle import NodeSampler, schedule
 from usher.core.dra.state import DraState
+from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.types import PodInfo

@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from usher.config import build_framework, default_config, parse_config
+from usher.config import default_config, parse_config
 from usher.core.clock import FakeClock
 from usher.core.dra.ports import WriteResult
 from usher.core.dra.state import DraState
+from usher.core.framework.building import build_framework
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import QueueOptions, SchedulingQueue

@@ -7,9 +7,16 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from usher import __version__
+
+if TYPE_CHECKING:
+    from usher.app import RunOptions
+
+logger = logging.getLogger("usher")
+
+DEFAULT_METRICS_BIND_ADDRESS = "127.0.0.1:10251"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,10 +24,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"usher {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="watch the cluster and schedule pods")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: the --config file's clientConnection.kubeconfig, in-cluster, then $KUBECONFIG)",
+    )
     run.add_argument(
         "--config",
-        help="KubeSchedulerConfiguration file (kubescheduler.config.k8s.io/v1 subset); default: one profile",
+        help="KubeSchedulerConfiguration file (kubescheduler.config.k8s.io/v1, see README); default: one profile",
     )
     run.add_argument(
         "--scheduler-name",
@@ -30,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--feature-gates", default="", help="Name=true|false,... (see README)")
     run.add_argument(
         "--metrics-bind-address",
-        default="127.0.0.1:10251",
-        help="HOST:PORT serving /metrics, /healthz and /readyz (port 0 picks a free one)",
+        default=None,
+        help="HOST:PORT serving /metrics, /healthz and /readyz (port 0 picks a free one); "
+        f"default: the --config file's metricsBindAddress, else {DEFAULT_METRICS_BIND_ADDRESS}",
     )
     run.add_argument("--seed", type=int, default=None, help="seed for tie-breaking between equal nodes")
     run.add_argument(
@@ -58,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("pod", metavar="NAMESPACE/POD")
     explain.add_argument(
         "--address",
-        default="127.0.0.1:10251",
+        default=DEFAULT_METRICS_BIND_ADDRESS,
         help="usher's --metrics-bind-address (started with --enable-debug-endpoints)",
     )
     explain.add_argument("--json", action="store_true", help="print the raw JSON report")
@@ -115,6 +126,47 @@ def _lease(args: argparse.Namespace, config: Any) -> Any:
     return settings
 
 
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """``usher run``'s flags and ``--config`` file, validated without touching the cluster (ValueError if bad).
+
+    Explicit flags win over the file's ``clientConnection.kubeconfig`` and
+    ``metricsBindAddress``; every profile's plugins and args are checked here.
+    """
+    from usher.adapters.serving import parse_bind_address
+    from usher.app import RunOptions
+    from usher.config import ConfigError, default_config, load_config
+    from usher.core.plugins.registry import in_tree_registry
+    from usher.features import parse_feature_gates
+
+    if args.config and args.scheduler_name:
+        raise ConfigError("--scheduler-name: set schedulerName in the --config profiles instead")
+    if args.metrics_bind_address is not None:
+        parse_bind_address(args.metrics_bind_address)
+    config = (
+        load_config(args.config, registry=in_tree_registry())
+        if args.config
+        else default_config(args.scheduler_name or "usher")
+    )
+    metrics_bind_address = args.metrics_bind_address or config.metrics_bind_address or DEFAULT_METRICS_BIND_ADDRESS
+    try:
+        parse_bind_address(metrics_bind_address)
+    except ValueError as exc:
+        raise ConfigError(f"metricsBindAddress: expected HOST:PORT, got {metrics_bind_address!r}") from exc
+    gates = parse_feature_gates(args.feature_gates)
+    if args.pre_enqueue_status_delay < 0:
+        raise ConfigError("--pre-enqueue-status-delay: must be >= 0")
+    return RunOptions(
+        config=config,
+        gates=gates,
+        kubeconfig=args.kubeconfig or config.client_connection.kubeconfig or None,
+        metrics_bind_address=metrics_bind_address,
+        seed=args.seed,
+        status_delay=args.pre_enqueue_status_delay,
+        debug_endpoints=args.enable_debug_endpoints,
+        lease=_lease(args, config),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -129,42 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _explain(args.pod, args.address, args.json)
     if args.command == "run":
         from usher.adapters.connecting import CredentialsError
-        from usher.adapters.serving import parse_bind_address
-        from usher.app import LeadershipLostError, RunOptions, run
-        from usher.config import ConfigError, default_config, load_config, parse_feature_gates
-        from usher.core.plugins.registry import in_tree_registry
+        from usher.app import LeadershipLostError, run
 
         try:
-            parse_bind_address(args.metrics_bind_address)
-            if args.config and args.scheduler_name:
-                raise ConfigError("--scheduler-name: set schedulerName in the --config profiles instead")
-            config = (
-                load_config(args.config, registry=in_tree_registry())
-                if args.config
-                else default_config(args.scheduler_name or "usher")
-            )
-            gates = parse_feature_gates(args.feature_gates)
-            if args.pre_enqueue_status_delay < 0:
-                raise ConfigError("--pre-enqueue-status-delay: must be >= 0")
-            lease = _lease(args, config)
+            options = run_options(args)
         except ValueError as exc:
             print(f"usher: invalid configuration: {exc}", file=sys.stderr)
             return 2
+        for ignored in options.config.ignored:
+            logger.info("configuration: %s", ignored)
         try:
-            asyncio.run(
-                run(
-                    RunOptions(
-                        config=config,
-                        gates=gates,
-                        kubeconfig=args.kubeconfig,
-                        metrics_bind_address=args.metrics_bind_address,
-                        seed=args.seed,
-                        status_delay=args.pre_enqueue_status_delay,
-                        debug_endpoints=args.enable_debug_endpoints,
-                        lease=lease,
-                    )
-                )
-            )
+            asyncio.run(run(options))
         except CredentialsError as exc:
             print(f"usher: {exc}", file=sys.stderr)
             return 2

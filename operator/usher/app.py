@@ -37,12 +37,13 @@ from usher.adapters.kubeapi import KubeApi
 from usher.adapters.leading import LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
-from usher.config import FeatureGates, SchedulerConfig, build_framework
+from usher.config import SchedulerConfig
 from usher.core.cache import Cache
 from usher.core.clock import Clock, MonotonicClock
 from usher.core.cycle import NodeSampler
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
+from usher.core.framework.building import build_framework
 from usher.core.framework.interface import Binder
 from usher.core.framework.runtime import FrameworkRecorder
 from usher.core.handling import EventHandlers
@@ -51,6 +52,7 @@ from usher.core.queue import QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key
 from usher.explaining import explain, queue_summary
+from usher.features import FeatureGates
 from usher.scheduling.attempts import Attempts
 from usher.scheduling.binding_cycle import BindingCycle
 from usher.scheduling.eventhandling import ClusterEvents
@@ -137,16 +139,12 @@ def build_scheduler(
         options=QueueOptions(
             initial_backoff=config.pod_initial_backoff_seconds,
             max_backoff=config.pod_max_backoff_seconds,
-            queueing_hints=gates.enabled("SchedulerQueueingHints"),
-            pre_queueing_hints=gates.enabled("SchedulerPreQueueingHints"),
-            pop_from_backoff_q=gates.enabled("SchedulerPopFromBackoffQ"),
+            queueing_hints=gates.queueing_hints,
+            pre_queueing_hints=gates.pre_queueing_hints,
+            pop_from_backoff_q=gates.pop_from_backoff_q,
         ),
         recorder=recorder,
-        reporter=(
-            NotReadyReporter(writer, events, delay=status_delay)
-            if gates.enabled("SchedulerPreEnqueuePodStatus")
-            else None
-        ),
+        reporter=(NotReadyReporter(writer, events, delay=status_delay) if gates.pre_enqueue_pod_status else None),
     )
     wakeup = Wakeup()
     synced = asyncio.Event()

@@ -1,28 +1,40 @@
-"""KubeSchedulerConfiguration and feature gates: what users write is what runs, and mistakes name their field."""
+"""KubeSchedulerConfiguration: kube-scheduler's files load unchanged, usher applies what it can, errors name a field."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from bench.contenders import KubeScheduler
 from tests.frameworks import FakeHandle
-from usher.config import ConfigError, build_framework, load_config, parse_config, parse_feature_gates
-from usher.core.plugins.registry import Registry, in_tree_registry
+from usher.config import ConfigError, SchedulerConfig, load_config, parse_config
+from usher.core.framework.building import build_framework
+from usher.core.plugins import names
+from usher.core.plugins.registry import in_tree_registry
+from usher.features import parse_feature_gates
 
 HEADER = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+NOT_IMPLEMENTED = sorted(names.IN_TREE - set(in_tree_registry()))
 
 
-def parse(text: str) -> Any:
+def parse(text: str) -> SchedulerConfig:
     return parse_config(yaml.safe_load(HEADER + text), registry=in_tree_registry())
+
+
+def ignored_paths(config: SchedulerConfig) -> list[str]:
+    return [field.path for field in config.ignored]
 
 
 def test_no_profiles_means_one_default_profile_named_usher() -> None:
     config = parse("")
     assert config.scheduler_names == ["usher"]
     assert config.pod_initial_backoff_seconds == 1 and config.pod_max_backoff_seconds == 10
+    assert config.ignored == () and config.metrics_bind_address is None and config.client_connection.kubeconfig == ""
 
 
 def test_a_full_configuration_is_read() -> None:
@@ -55,47 +67,176 @@ profiles:
     assert packed.percentage_of_nodes_to_score == 100
 
 
-def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
-    fw = build_framework(parse("").profiles[0], registry=in_tree_registry(), handle=FakeHandle())
-    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources"]
-    assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
-    assert [p.name for p in fw.plugins.filter] == [
-        "NodeUnschedulable",
-        "NodeName",
-        "TaintToleration",
-        "NodeAffinity",
-        "NodePorts",
-        "NodeResourcesFit",
-        "PodTopologySpread",
-        "InterPodAffinity",
-        "DynamicResources",
-    ]
-    assert [(p.name, w) for p, w in fw.plugins.score] == [
-        ("TaintToleration", 3),
-        ("NodeAffinity", 2),
-        ("NodeResourcesFit", 1),
-        ("PodTopologySpread", 2),
-        ("InterPodAffinity", 2),
-        ("NodeResourcesBalancedAllocation", 1),
-    ]
-    assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
-    assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
+def test_the_configuration_the_benchmark_gives_kube_scheduler_loads_unchanged(tmp_path: Path) -> None:
+    kwargs = KubeScheduler(pre_queueing_hints=True).plane_kwargs(tmp_path)
+    data = json.loads((tmp_path / "kube-scheduler-config.json").read_text())
+    config = parse_config(data, registry=in_tree_registry())
+    assert config.scheduler_names == ["kube-bench"]
+    assert config.client_connection.kubeconfig == str(tmp_path.resolve() / "scheduler" / "kubeconfig")
+    assert not config.leader_election.leader_elect
+    assert ignored_paths(config) == ["clientConnection.qps", "clientConnection.burst"]
+    (gates,) = (a.removeprefix("--feature-gates=") for a in kwargs["extra_scheduler_args"] if "feature-gates" in a)
+    assert parse_feature_gates(gates).pre_queueing_hints
 
 
-def test_disabling_a_plugin_at_one_extension_point_keeps_it_elsewhere() -> None:
-    config = parse("profiles:\n- schedulerName: usher\n  plugins: {score: {disabled: [{name: NodeResourcesFit}]}}")
+FULL_KUBE_SCHEDULER_CONFIGURATION = """
+parallelism: 16
+leaderElection:
+  leaderElect: true
+  leaseDuration: 15s
+  renewDeadline: 10s
+  retryPeriod: 2s
+  resourceLock: leases
+  resourceName: kube-scheduler
+  resourceNamespace: kube-system
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+  acceptContentTypes: ""
+  contentType: application/vnd.kubernetes.protobuf
+  qps: 50
+  burst: 100
+healthzBindAddress: 0.0.0.0:10251
+metricsBindAddress: 0.0.0.0:10259
+enableProfiling: true
+enableContentionProfiling: true
+percentageOfNodesToScore: 0
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 10
+extenders: []
+delayCacheUntilActive: false
+profiles:
+- schedulerName: default-scheduler
+  percentageOfNodesToScore: 50
+  plugins:
+    preEnqueue: {}
+    queueSort: {}
+    preFilter: {}
+    filter: {}
+    postFilter: {disabled: [{name: DefaultPreemption}]}
+    preScore: {}
+    score: {enabled: [{name: NodeResourcesFit, weight: 2}], disabled: [{name: ImageLocality}]}
+    reserve: {}
+    permit: {}
+    preBind: {}
+    bind: {}
+    postBind: {}
+    placementGenerate: {disabled: [{name: TopologyPlacementGenerator}]}
+    placementScore: {}
+    podGroupPostFilter: {}
+    multiPoint:
+      enabled:
+      - {name: PrioritySort}
+      - {name: NodeResourcesFit, weight: 1}
+      - {name: DefaultBinder}
+      disabled:
+      - {name: VolumeBinding}
+      - {name: VolumeZone}
+      - {name: VolumeRestrictions}
+      - {name: NodeVolumeLimits}
+      - {name: DefaultPreemption}
+      - {name: ImageLocality}
+      - {name: GangScheduling}
+  pluginConfig:
+  - name: DefaultPreemption
+    args: {minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}
+  - name: InterPodAffinity
+    args: {hardPodAffinityWeight: 1}
+  - name: NodeAffinity
+    args: {}
+  - name: NodeResourcesBalancedAllocation
+    args: {resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]}
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: LeastAllocated
+        resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
+  - name: PodTopologySpread
+    args: {defaultingType: System}
+  - name: VolumeBinding
+    args: {bindTimeoutSeconds: 600}
+- schedulerName: packed
+  plugins:
+    score:
+      disabled: [{name: "*"}]
+      enabled: [{name: NodeResourcesFit, weight: 5}]
+"""
+
+
+def test_a_full_kube_scheduler_configuration_loads_applying_what_usher_can() -> None:
+    config = parse(FULL_KUBE_SCHEDULER_CONFIGURATION)
+    assert config.scheduler_names == ["default-scheduler", "packed"]
+    assert config.client_connection.kubeconfig == "/etc/kubernetes/scheduler.conf"
+    assert config.metrics_bind_address == "0.0.0.0:10259"
+    assert config.leader_election.leader_elect and config.leader_election.resource_namespace == "kube-system"
+    assert ignored_paths(config) == [
+        "parallelism",
+        "healthzBindAddress",
+        "enableProfiling",
+        "enableContentionProfiling",
+        "delayCacheUntilActive",
+        "clientConnection.acceptContentTypes",
+        "clientConnection.contentType",
+        "clientConnection.qps",
+        "clientConnection.burst",
+        "profiles[0].pluginConfig[0]",
+        "profiles[0].pluginConfig[6]",
+    ]
+    assert "DefaultPreemption is a kube-scheduler plugin usher does not implement" in str(config.ignored[-2])
     fw = build_framework(config.profiles[0], registry=in_tree_registry(), handle=FakeHandle())
-    assert "NodeResourcesFit" not in [p.name for p, _ in fw.plugins.score]
-    assert "NodeResourcesFit" in [p.name for p in fw.plugins.filter]
+    assert fw.percentage_of_nodes_to_score == 50
+    assert ("NodeResourcesFit", 2) in [(p.name, w) for p, w in fw.plugins.score]
 
 
-def test_multipoint_star_disables_every_default() -> None:
+@pytest.mark.parametrize("name", sorted(names.IN_TREE))
+def test_every_kube_scheduler_plugin_may_be_disabled(name: str) -> None:
     config = parse(
-        "profiles:\n- schedulerName: usher\n  plugins:\n    multiPoint:\n"
-        "      disabled: [{name: '*'}]\n      enabled: [{name: PrioritySort}, {name: DefaultBinder}]"
+        f"profiles:\n- schedulerName: a\n  plugins:\n    multiPoint: {{disabled: [{{name: {name}}}]}}\n"
+        f"    filter: {{disabled: [{{name: {name}}}]}}\n    queueSort: {{enabled: [{{name: PrioritySort}}]}}\n"
+        f"    bind: {{enabled: [{{name: DefaultBinder}}]}}"
     )
     fw = build_framework(config.profiles[0], registry=in_tree_registry(), handle=FakeHandle())
-    assert fw.plugins.filter == [] and fw.plugins.pre_enqueue == []
+    assert name not in [p.name for p in fw.plugins.filter]
+
+
+@pytest.mark.parametrize("name", NOT_IMPLEMENTED)
+def test_enabling_a_kube_scheduler_plugin_usher_lacks_is_refused_by_name(name: str) -> None:
+    with pytest.raises(
+        ConfigError,
+        match="^" + re.escape(f"profiles[0].plugins.multiPoint.enabled[0].name: {name} is a kube-scheduler plugin "),
+    ) as raised:
+        parse(f"profiles: [{{schedulerName: a, plugins: {{multiPoint: {{enabled: [{{name: {name}}}]}}}}}}]")
+    assert "not implemented by usher" in str(raised.value)
+
+
+@pytest.mark.parametrize("name", NOT_IMPLEMENTED)
+def test_args_of_a_kube_scheduler_plugin_usher_lacks_are_accepted_and_reported_ignored(name: str) -> None:
+    config = parse(f"profiles: [{{schedulerName: a, pluginConfig: [{{name: {name}, args: {{anything: 1}}}}]}}]")
+    assert [str(f) for f in config.ignored] == [
+        f"profiles[0].pluginConfig[0]: accepted and ignored by usher "
+        f"({name} is a kube-scheduler plugin usher does not implement)"
+    ]
+    assert config.profiles[0].plugin_config == {}
+
+
+def test_plugin_args_keep_their_own_index_after_args_usher_ignores() -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape("profiles[0].pluginConfig[1].args.scoringStrategy.type:")):
+        parse(
+            "profiles: [{schedulerName: a, pluginConfig: [{name: VolumeBinding, args: {}},"
+            " {name: NodeResourcesFit, args: {scoringStrategy: {type: Bogus}}}]}]"
+        )
+
+
+def test_args_of_a_plugin_the_profile_does_not_enable_are_still_checked() -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape("profiles[0].pluginConfig[0].args.hardPodAffinityWeight")):
+        parse(
+            "profiles: [{schedulerName: a, plugins: {multiPoint: {disabled: [{name: InterPodAffinity}]}},"
+            " pluginConfig: [{name: InterPodAffinity, args: {hardPodAffinityWeight: 1000}}]}]"
+        )
+
+
+def test_null_fields_are_unset_as_in_kube_scheduler() -> None:
+    config = parse("parallelism: null\nleaderElection: {resourceName: null}\nclientConnection: {kubeconfig: null}\n")
+    assert config.ignored == () and config.leader_election.resource_name == ""
 
 
 @pytest.mark.parametrize(
@@ -123,9 +264,24 @@ def test_multipoint_star_disables_every_default() -> None:
             id="unknown plugin",
         ),
         pytest.param(
+            "profiles: [{schedulerName: a, plugins: {filter: {disabled: [{name: Nope}]}}}]",
+            "profiles[0].plugins.filter.disabled[0].name: unknown plugin 'Nope'",
+            id="unknown plugin disabled",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, pluginConfig: [{name: Nope, args: {}}]}]",
+            "profiles[0].pluginConfig[0].name: unknown plugin 'Nope'",
+            id="args of an unknown plugin",
+        ),
+        pytest.param(
             "profiles: [{schedulerName: a, plugins: {sort: {}}}]",
             "profiles[0].plugins.sort: unknown extension point",
             id="unknown extension point",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, plugins: {placementScore: {enabled: [{name: NodeResourcesFit}]}}}]",
+            "profiles[0].plugins.placementScore.enabled: usher has no placementScore extension point",
+            id="enabled at an extension point usher does not run",
         ),
         pytest.param(
             "profiles: [{schedulerName: a, plugins: {score: {enabled: [{name: NodeResourcesFit, weight: 0}]}}}]",
@@ -156,6 +312,44 @@ def test_multipoint_star_disables_every_default() -> None:
             id="unsupported lock",
         ),
         pytest.param(
+            "leaderElection: {leaderElect: yes please}",
+            "leaderElection.leaderElect: must be true or false",
+            id="leaderElect not a boolean",
+        ),
+        pytest.param(
+            "leaderElection: {resourceName: 7}",
+            "leaderElection.resourceName: must be a string",
+            id="lease name not a string",
+        ),
+        pytest.param(
+            "parallelism: 0",
+            "parallelism: should be an integer value greater than zero",
+            id="zero parallelism",
+        ),
+        pytest.param(
+            "parallelism: '16'",
+            "parallelism: should be an integer value greater than zero",
+            id="parallelism as a string",
+        ),
+        pytest.param("clientConnection: {burst: -1}", "clientConnection.burst: must be non-negative", id="bad burst"),
+        pytest.param("clientConnection: {qps: fast}", "clientConnection.qps: must be a number", id="bad qps"),
+        pytest.param(
+            "clientConnection: {kubeconfig: [a]}", "clientConnection.kubeconfig: must be a string", id="bad kubeconfig"
+        ),
+        pytest.param(
+            "clientConnection: {proxy: x}", "clientConnection.proxy: unknown field", id="unknown client field"
+        ),
+        pytest.param("enableProfiling: 'yes'", "enableProfiling: must be true or false", id="profiling not a boolean"),
+        pytest.param(
+            "delayCacheUntilActive: 1", "delayCacheUntilActive: must be true or false", id="delayCache not a boolean"
+        ),
+        pytest.param("metricsBindAddress: 10259", "metricsBindAddress: must be a string", id="port as a number"),
+        pytest.param(
+            "extenders: [{urlPrefix: 'http://127.0.0.1:8888/', filterVerb: filter}]",
+            "extenders: usher does not call scheduler extenders",
+            id="extenders",
+        ),
+        pytest.param(
             "profiles: [{schedulerName: a, pluginConfig: [{name: NodeResourcesFit,"
             " args: {scoringStrategy: {type: Fancy}}}]}]",
             "profiles[0].pluginConfig[0].args.scoringStrategy.type: 'Fancy' is not supported",
@@ -166,13 +360,27 @@ def test_multipoint_star_disables_every_default() -> None:
             "profiles[0].pluginConfig[0].args.x: unknown field",
             id="args for a plugin that takes none",
         ),
+        pytest.param(
+            "profiles: [{schedulerName: a}, {schedulerName: b, pluginConfig: [{name: NodeResourcesFit,"
+            " args: {scoringStrategy: {type: Bogus}}}]}]",
+            "profiles[1].pluginConfig[0].args.scoringStrategy.type: 'Bogus' is not supported",
+            id="bad args in the second profile",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, plugins: {filter: {enabled: [{name: PrioritySort}]}}}]",
+            "profiles[0].plugins.filter: plugin PrioritySort does not implement filter",
+            id="a plugin enabled at a point it does not implement",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, plugins: {multiPoint: {disabled: [{name: DefaultBinder}]}}}]",
+            "profiles[0].plugins.bind: a bind plugin is required",
+            id="no bind plugin",
+        ),
     ],
 )
-def test_invalid_configuration_names_the_field(text: str, message: str) -> None:
+def test_invalid_configuration_is_refused_when_parsed_naming_the_field(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
-        config = parse(text)
-        for profile in config.profiles:
-            build_framework(profile, registry=in_tree_registry(), handle=FakeHandle())
+        parse(text)
 
 
 def test_wrong_api_version_is_refused() -> None:
@@ -189,34 +397,9 @@ def test_a_missing_file_and_bad_yaml_are_clear(tmp_path: Any) -> None:
         load_config(bad, registry=in_tree_registry())
 
 
-def test_feature_gates_default_on_and_can_be_turned_off() -> None:
-    gates = parse_feature_gates(None)
-    assert all(
-        gates.enabled(n) for n in ("SchedulerQueueingHints", "SchedulerPreQueueingHints", "SchedulerAsyncAPICalls")
-    )
-    assert not parse_feature_gates("SchedulerQueueingHints=false").enabled("SchedulerQueueingHints")
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("Bogus=true", "unknown feature gate 'Bogus'"),
-        ("SchedulerQueueingHints=yes", "SchedulerQueueingHints needs =true or =false"),
-        ("SchedulerAsyncAPICalls=false", "SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true"),
-    ],
-)
-def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        parse_feature_gates(text)
-
-
-def test_both_gates_off_is_a_valid_combination() -> None:
-    gates = parse_feature_gates("SchedulerAsyncAPICalls=false,SchedulerPreEnqueuePodStatus=false")
-    assert not gates.enabled("SchedulerAsyncAPICalls")
-
-
-def test_the_registry_refuses_duplicate_names() -> None:
-    registry = Registry()
-    registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]
-    with pytest.raises(ValueError, match="already registered"):
-        registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]
+def test_the_readme_example_configuration_loads() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("## Configuration file", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(yaml.safe_load(example), registry=in_tree_registry())
+    assert config.scheduler_names == ["usher", "usher-packed"]
+    assert config.metrics_bind_address == "0.0.0.0:10251" and config.ignored == ()

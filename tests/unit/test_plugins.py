@@ -8,12 +8,12 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from usher.core.cache import Cache
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.noderesources import NodeResourcesFit, parse_args
 from usher.core.plugins.noderesources.balanced import NodeResourcesBalancedAllocation
 from usher.core.plugins.noderesources.balanced import parse_args as balanced_args
 from usher.core.plugins.nodeunschedulable import NodeUnschedulable, node_schedulable
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.plugins.schedulinggates import MESSAGE, SchedulingGates, gates_removed_from_this_pod
 from usher.core.types import Code, PodInfo, QueueingHint
 

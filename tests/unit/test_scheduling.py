@@ -22,9 +22,10 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import RecordingClaimWriter
 from usher.adapters.dispatching import ApiCall
 from usher.app import build_scheduler
-from usher.config import default_config, parse_feature_gates
+from usher.config import default_config
 from usher.core.clock import FakeClock
 from usher.core.types import Cause, NodeName, PodInfo, PodKey, Status, error
+from usher.features import parse_feature_gates
 from usher.scheduling.scheduler import Scheduler
 
 

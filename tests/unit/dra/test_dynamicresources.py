@@ -16,13 +16,14 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle, scheduling_queue
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
 from tests.unit.test_queue import Recorder
-from usher.config import build_framework, parse_config
+from usher.config import parse_config
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.cycle import schedule
 from usher.core.dra.cel import DeviceInput, SelectorEvaluator
 from usher.core.dra.matching import SelectorResults
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.dynamicresources import DynamicResources

@@ -10,8 +10,10 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
-from usher.config import build_framework, parse_config
+from usher.config import parse_config
 from usher.core.cache import Cache, NodeInfo
+from usher.core.framework.args import PluginArgsError
+from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import EnqueueExtensions
 from usher.core.plugins import interpodaffinity
@@ -25,7 +27,7 @@ from usher.core.plugins.interpodaffinity import (
 )
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
 from usher.core.plugins.interpodaffinity.terms import TermsCache
-from usher.core.plugins.registry import PluginArgsError, in_tree_registry
+from usher.core.plugins.registry import in_tree_registry
 from usher.core.types import Code, NodeName, PodInfo, QueueingHint
 
 ZONE = "topology.kubernetes.io/zone"

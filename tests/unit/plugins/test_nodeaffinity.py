@@ -10,6 +10,7 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
 from usher.core.cache import Cache, NodeInfo
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins import nodeaffinity
 from usher.core.plugins.nodeaffinity import (
@@ -20,7 +21,6 @@ from usher.core.plugins.nodeaffinity import (
     NodeAffinity,
     parse_args,
 )
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.types import Code, NodeName, PodInfo, QueueingHint
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -10,10 +10,10 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
 from usher.core.cache import Cache, NodeInfo
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins import nodename
 from usher.core.plugins.nodename import REASON, NodeName, added_node_is_the_requested_one
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.types import Code, PodInfo, QueueingHint
 
 

@@ -10,10 +10,10 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
 from usher.core.cache import Cache, NodeInfo
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins import nodeports
 from usher.core.plugins.nodeports import PRE_FILTER_KEY, REASON, NodePorts, deleted_pod_freed_a_port
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.types import Code, HostPort, PodInfo, QueueingHint
 
 Port = tuple[int, str, str]  # (hostPort, protocol, hostIP); "" means the API default

@@ -10,6 +10,7 @@ import pytest
 from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
 from usher.core.cache import Cache, NodeInfo
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.podtopologyspread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH,
@@ -18,7 +19,6 @@ from usher.core.plugins.podtopologyspread import (
     new,
     parse_args,
 )
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.types import Code, NodeName, PodInfo, QueueingHint, Status
 
 HOST = "kubernetes.io/hostname"

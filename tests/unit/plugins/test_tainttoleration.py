@@ -10,9 +10,9 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle
 from usher.core.cache import Cache, NodeInfo
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins import tainttoleration
-from usher.core.plugins.registry import PluginArgsError
 from usher.core.plugins.tainttoleration import (
     TaintToleration,
     node_taints_now_tolerated,

@@ -1,1 +1,1 @@
-"""The scheduling framework: plugin protocols, cycle state, registry, runtime and profiles. Pure."""
+"""The scheduling framework: plugin protocols, plugin args, cycle state, profiles, building and running them. Pure."""

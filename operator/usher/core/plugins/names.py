@@ -1,4 +1,10 @@
-"""Every in-tree plugin name, in one place (kube-scheduler's names, so configurations carry over)."""
+"""Every plugin name, in one place: kube-scheduler's, so configurations carry over.
+
+``IN_TREE`` is kube-scheduler v1.37's in-tree registry: a configuration may
+disable any of them, or give args to one usher does not implement (ignored
+and logged); enabling one usher does not implement is an error. What usher
+implements is what ``registry.in_tree_registry`` registers.
+"""
 
 PRIORITY_SORT = "PrioritySort"
 SCHEDULING_GATES = "SchedulingGates"
@@ -13,6 +19,49 @@ INTER_POD_AFFINITY = "InterPodAffinity"
 DYNAMIC_RESOURCES = "DynamicResources"
 NODE_RESOURCES_BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 DEFAULT_BINDER = "DefaultBinder"
+
+# kube-scheduler's in-tree plugins usher does not implement.
+DEFAULT_PREEMPTION = "DefaultPreemption"
+GANG_SCHEDULING = "GangScheduling"
+IMAGE_LOCALITY = "ImageLocality"
+NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
+NODE_VOLUME_LIMITS = "NodeVolumeLimits"
+DEFERRED_POD_SCHEDULING = "DeferredPodScheduling"
+VOLUME_BINDING = "VolumeBinding"
+VOLUME_RESTRICTIONS = "VolumeRestrictions"
+VOLUME_ZONE = "VolumeZone"
+TOPOLOGY_PLACEMENT_GENERATOR = "TopologyPlacementGenerator"
+POD_GROUP_PODS_COUNT = "PodGroupPodsCount"
+
+IN_TREE: frozenset[str] = frozenset(
+    {
+        PRIORITY_SORT,
+        DEFAULT_BINDER,
+        DEFAULT_PREEMPTION,
+        DYNAMIC_RESOURCES,
+        GANG_SCHEDULING,
+        IMAGE_LOCALITY,
+        INTER_POD_AFFINITY,
+        NODE_AFFINITY,
+        NODE_DECLARED_FEATURES,
+        NODE_NAME,
+        NODE_PORTS,
+        NODE_RESOURCES_BALANCED_ALLOCATION,
+        NODE_RESOURCES_FIT,
+        NODE_UNSCHEDULABLE,
+        NODE_VOLUME_LIMITS,
+        POD_TOPOLOGY_SPREAD,
+        DEFERRED_POD_SCHEDULING,
+        SCHEDULING_GATES,
+        TAINT_TOLERATION,
+        VOLUME_BINDING,
+        VOLUME_RESTRICTIONS,
+        VOLUME_ZONE,
+        TOPOLOGY_PLACEMENT_GENERATOR,
+        POD_GROUP_PODS_COUNT,
+    }
+)
+"""kube-scheduler v1.37's in-tree plugin names (its ``names.go`` and ``NewInTreeRegistry``)."""
 
 NO_NODES_AVAILABLE = "NoNodesAvailable"
 """Not a plugin: the rejector recorded when the cluster has no node at all, so the pod waits for a

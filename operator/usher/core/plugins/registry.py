@@ -10,16 +10,9 @@ from usher.core.framework.interface import Handle, Plugin
 PluginFactory = Callable[[Mapping[str, Any], Handle], Plugin]
 
 
-class PluginArgsError(ValueError):
-    """Invalid pluginConfig args; ``field`` is the path inside ``args`` (``scoringStrategy.type``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.field = field
-        self.message = message
-
-
 class Registry:
+    """Plugin name -> factory, filled literally by ``in_tree_registry``; a name registered twice is an error."""
+
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
 
@@ -74,9 +67,3 @@ def in_tree_registry() -> Registry:
     ):
         registry.register(module.NAME, module.new)
     return registry
-
-
-def reject_unknown_args(args: Mapping[str, Any], known: set[str]) -> None:
-    for key in args:
-        if key not in known:
-            raise PluginArgsError(key, f"unknown field (known: {', '.join(sorted(known)) or 'none'})")

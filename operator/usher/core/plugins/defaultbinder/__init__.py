@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import BindPlugin, Handle
 from usher.core.plugins.names import DEFAULT_BINDER
-from usher.core.plugins.registry import reject_unknown_args
 from usher.core.types import NodeName, PodInfo, Status
 
 if TYPE_CHECKING:

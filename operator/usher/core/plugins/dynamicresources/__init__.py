@@ -61,6 +61,7 @@ from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_p
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     ALL_PODS,
     BatchFilterPlugin,
@@ -76,7 +77,6 @@ from usher.core.framework.interface import (
     this_pod_changed,
 )
 from usher.core.plugins.names import DYNAMIC_RESOURCES
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.selectors import SelectorError, node_selector_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, PodKey, QueueingHint, Status, error, unschedulable
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -46,7 +47,6 @@ from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node
 from usher.core.plugins.interpodaffinity.scoring import PreScoreState, normalize, score_node, topology_scores
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
 from usher.core.plugins.names import INTER_POD_AFFINITY
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -40,7 +41,6 @@ from usher.core.framework.interface import (
 )
 from usher.core.framework.scoring import default_normalize
 from usher.core.plugins.names import NODE_AFFINITY
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.selectors import SelectorError, node_selector_term_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
 

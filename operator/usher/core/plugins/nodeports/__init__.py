@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import (
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -24,7 +25,6 @@ from usher.core.framework.interface import (
     PreFilterResult,
 )
 from usher.core.plugins.names import NODE_PORTS
-from usher.core.plugins.registry import reject_unknown_args
 from usher.core.types import SUCCESS, Code, HostPort, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:

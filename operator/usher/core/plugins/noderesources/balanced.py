@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, ClusterEventWithHint, Handle
 from usher.core.plugins.names import NODE_RESOURCES_BALANCED_ALLOCATION
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.resources import CPU, MEMORY
 from usher.core.types import SUCCESS, PodInfo, Status
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     MAX_NODE_SCORE,
     BatchFilterPlugin,
@@ -29,7 +30,6 @@ from usher.core.framework.interface import (
     this_pod_changed,
 )
 from usher.core.plugins.names import NODE_RESOURCES_FIT
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 from usher.core.resources import CPU, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 

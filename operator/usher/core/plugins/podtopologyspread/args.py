@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.plugins.podtopologyspread.constraints import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY
-from usher.core.plugins.registry import PluginArgsError, reject_unknown_args
 
 SYSTEM_DEFAULTING = "System"
 LIST_DEFAULTING = "List"

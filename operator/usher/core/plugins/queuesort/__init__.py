@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import Handle, QueueSortPlugin
 from usher.core.plugins.names import PRIORITY_SORT
-from usher.core.plugins.registry import reject_unknown_args
 from usher.core.queue.queuedpod import QueuedPod
 
 NAME = PRIORITY_SORT

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import ClusterEventWithHint, EnqueueExtensions, Handle, PreEnqueuePlugin
 from usher.core.plugins.names import SCHEDULING_GATES
-from usher.core.plugins.registry import reject_unknown_args
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 NAME = SCHEDULING_GATES

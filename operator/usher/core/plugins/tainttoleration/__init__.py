@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     BatchScorePlugin,
@@ -29,7 +30,6 @@ from usher.core.framework.interface import (
 )
 from usher.core.framework.scoring import default_normalize
 from usher.core.plugins.names import TAINT_TOLERATION
-from usher.core.plugins.registry import reject_unknown_args
 from usher.core.selectors import tolerates, untolerated_taint
 from usher.core.types import SUCCESS, NodeName, PodInfo, QueueingHint, Status, unschedulable
 

@@ -1,0 +1,90 @@
+"""Feature gates (``--feature-gates Name=true,Other=false``), by kube-scheduler's gate names.
+
+Code reads a gate as a typed attribute (``gates.queueing_hints``), so a
+misspelt gate is a type error; users write kube-scheduler's names, each
+declared once beside its attribute. Unknown names, values other than
+true/false, and gate combinations kube-scheduler refuses stop start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from usher.config import ConfigError
+
+
+def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
+    return field(default=default, metadata={"name": name, "stage": stage, "description": description})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeatureGates:
+    """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table)."""
+
+    queueing_hints: bool = _gate(
+        "SchedulerQueueingHints",
+        default=True,
+        stage="GA",
+        description="ask QueueingHints whether an event may help a rejected pod",
+    )
+    pre_queueing_hints: bool = _gate(
+        "SchedulerPreQueueingHints",
+        default=True,
+        stage="Beta",
+        description="let plugins narrow the pods a cluster event is checked against (KEP-6132)",
+    )
+    async_api_calls: bool = _gate(
+        "SchedulerAsyncAPICalls",
+        default=True,
+        stage="Beta",
+        description="send API calls through the asynchronous dispatcher",
+    )
+    pre_enqueue_pod_status: bool = _gate(
+        "SchedulerPreEnqueuePodStatus",
+        default=True,
+        stage="Alpha",
+        description="report PreEnqueue rejections as PodScheduled=False/NotReadyForScheduling (KEP-5501)",
+    )
+    pop_from_backoff_q: bool = _gate(
+        "SchedulerPopFromBackoffQ",
+        default=True,
+        stage="Beta",
+        description="pop backed-off pods early when activeQ is empty",
+    )
+
+
+_ATTRIBUTES = {f.metadata["name"]: f.name for f in fields(FeatureGates)}
+"""kube-scheduler gate name -> attribute; the only place names become attributes."""
+
+
+def by_name(gates: FeatureGates) -> dict[str, bool]:
+    """kube-scheduler gate name -> whether it is on (for logs and documentation checks)."""
+    values = asdict(gates)
+    return {name: values[attribute] for name, attribute in _ATTRIBUTES.items()}
+
+
+def parse_feature_gates(text: str | None) -> FeatureGates:
+    """``Name=true,Other=false`` -> gates; unknown names, non-boolean values and invalid combinations are errors."""
+    values: dict[str, bool] = {}
+    for raw_item in (text or "").split(","):
+        item = raw_item.strip()
+        if not item:
+            continue
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if name not in _ATTRIBUTES:
+            raise ConfigError(
+                f"--feature-gates: unknown feature gate {name!r} (known: {', '.join(sorted(_ATTRIBUTES))})"
+            )
+        if not sep or raw.strip().lower() not in ("true", "false"):
+            raise ConfigError(f"--feature-gates: {name} needs =true or =false, got {item!r}")
+        values[_ATTRIBUTES[name]] = raw.strip().lower() == "true"
+    gates = FeatureGates(**values)
+    if gates.pre_enqueue_pod_status and not gates.async_api_calls:
+        raise ConfigError(
+            "--feature-gates: SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true "
+            "(the status patches are delayed calls of the asynchronous dispatcher); "
+            "disable SchedulerPreEnqueuePodStatus too, or keep SchedulerAsyncAPICalls on"
+        )
+    return gates

@@ -1,0 +1,139 @@
+"""Building a profile's framework: kube-scheduler's multiPoint / enabled / disabled rules, checked without a cluster."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.frameworks import FakeHandle
+from usher.core.framework.building import ProfileError, build_framework, check_profile
+from usher.core.framework.profiles import PluginArgs, PluginList, PluginRef, ProfileConfig
+from usher.core.plugins.registry import Registry, in_tree_registry
+
+
+def profile(path: str = "profiles[0]", **plugins: PluginList) -> ProfileConfig:
+    return ProfileConfig(scheduler_name="usher", plugins=plugins, path=path)
+
+
+def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
+    fw = build_framework(profile(), registry=in_tree_registry(), handle=FakeHandle())
+    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources"]
+    assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
+    assert [p.name for p in fw.plugins.filter] == [
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "DynamicResources",
+    ]
+    assert [(p.name, w) for p, w in fw.plugins.score] == [
+        ("TaintToleration", 3),
+        ("NodeAffinity", 2),
+        ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
+        ("NodeResourcesBalancedAllocation", 1),
+    ]
+    assert [p.name for p in fw.plugins.reserve] == ["DynamicResources"]
+    assert [p.name for p in fw.plugins.pre_bind] == ["DynamicResources"]
+    assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
+    assert fw.plugins.post_filter == [] and fw.plugins.permit == [] and fw.plugins.post_bind == []
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 13
+    assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
+
+
+def test_disabling_a_plugin_at_one_extension_point_keeps_it_elsewhere() -> None:
+    fw = build_framework(
+        profile(score=PluginList(disabled=(PluginRef("NodeResourcesFit"),))),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    assert "NodeResourcesFit" not in [p.name for p, _ in fw.plugins.score]
+    assert "NodeResourcesFit" in [p.name for p in fw.plugins.filter]
+
+
+def test_multipoint_star_disables_every_default() -> None:
+    fw = build_framework(
+        profile(
+            multiPoint=PluginList(
+                enabled=(PluginRef("PrioritySort"), PluginRef("DefaultBinder")), disabled=(PluginRef("*"),)
+            )
+        ),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    assert fw.plugins.filter == [] and fw.plugins.pre_enqueue == [] and fw.plugins.score == []
+    assert [p.name for p in fw.plugins.all] == ["PrioritySort", "DefaultBinder"]
+
+
+def test_an_enabled_entry_moves_the_plugin_last_with_its_own_weight() -> None:
+    fw = build_framework(
+        profile(score=PluginList(enabled=(PluginRef("TaintToleration", weight=7),))),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    assert [(p.name, w) for p, w in fw.plugins.score][-1] == ("TaintToleration", 7)
+    assert [p.name for p, _ in fw.plugins.score].count("TaintToleration") == 1
+
+
+def test_a_score_weight_falls_back_to_the_multipoint_weight() -> None:
+    fw = build_framework(
+        profile(
+            multiPoint=PluginList(enabled=(PluginRef("NodeResourcesFit", weight=4),)),
+            score=PluginList(disabled=(PluginRef("*"),), enabled=(PluginRef("NodeResourcesFit"),)),
+        ),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    assert [(p.name, w) for p, w in fw.plugins.score] == [("NodeResourcesFit", 4)]
+
+
+def test_a_profile_without_a_queue_sort_plugin_is_refused() -> None:
+    with pytest.raises(ProfileError, match="^" + re.escape("profiles[2].plugins.queueSort: a queue sort plugin")):
+        check_profile(
+            profile("profiles[2]", queueSort=PluginList(disabled=(PluginRef("*"),))), registry=in_tree_registry()
+        )
+
+
+def test_checking_a_profile_names_the_args_field_without_any_handle() -> None:
+    bad = ProfileConfig(
+        scheduler_name="usher",
+        plugin_config={
+            "NodeResourcesFit": PluginArgs({"scoringStrategy": {"type": "Bogus"}}, "profiles[0].pluginConfig[3]")
+        },
+    )
+    with pytest.raises(ProfileError, match="^" + re.escape("profiles[0].pluginConfig[3].args.scoringStrategy.type: ")):
+        check_profile(bad, registry=in_tree_registry())
+
+
+def test_a_plugin_using_a_port_while_only_checked_is_a_bug_said_out_loud() -> None:
+    used: list[str] = []
+
+    class Eager:
+        name = "Eager"
+
+        def __init__(self, handle: object) -> None:
+            try:
+                handle.waiting_pods.allow("ns/p", "Eager")  # type: ignore[attr-defined]
+            except RuntimeError as exc:
+                used.append(str(exc))
+
+    registry = in_tree_registry()
+    registry.register("Eager", lambda args, handle: Eager(handle))  # type: ignore[arg-type,return-value]
+    check_profile(
+        ProfileConfig(scheduler_name="usher", plugin_config={"Eager": PluginArgs({}, "profiles[0].pluginConfig[0]")}),
+        registry=registry,
+    )
+    assert used == ["a plugin used a port while its profile was only being checked"]
+
+
+def test_the_registry_refuses_duplicate_names() -> None:
+    registry = Registry()
+    registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]

@@ -1,0 +1,58 @@
+"""Feature gates: kube-scheduler's names on the command line, typed attributes in the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from usher.config import ConfigError
+from usher.features import FeatureGates, by_name, parse_feature_gates
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_gate_defaults_on() -> None:
+    assert parse_feature_gates(None) == parse_feature_gates("") == FeatureGates()
+    assert set(by_name(FeatureGates()).values()) == {True}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("SchedulerQueueingHints=false", FeatureGates(queueing_hints=False)),
+        ("SchedulerPreQueueingHints=false", FeatureGates(pre_queueing_hints=False)),
+        ("SchedulerPopFromBackoffQ=False", FeatureGates(pop_from_backoff_q=False)),
+        (
+            " SchedulerAsyncAPICalls=false , SchedulerPreEnqueuePodStatus=false ",
+            FeatureGates(async_api_calls=False, pre_enqueue_pod_status=False),
+        ),
+        ("SchedulerQueueingHints=false,SchedulerQueueingHints=true", FeatureGates()),
+    ],
+    ids=["queueing hints off", "pre-queueing hints off", "case-insensitive value", "both API gates off", "last wins"],
+)
+def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) -> None:
+    assert parse_feature_gates(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Bogus=true", "unknown feature gate 'Bogus'"),
+        ("queueing_hints=false", "unknown feature gate 'queueing_hints'"),
+        ("SchedulerQueueingHints=yes", "SchedulerQueueingHints needs =true or =false"),
+        ("SchedulerQueueingHints", "SchedulerQueueingHints needs =true or =false"),
+        ("SchedulerAsyncAPICalls=false", "SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true"),
+    ],
+    ids=["unknown name", "attribute name", "not a boolean", "no value", "PreEnqueuePodStatus needs AsyncAPICalls"],
+)
+def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_feature_gates(text)
+
+
+def test_the_readme_table_lists_every_gate_with_its_default() -> None:
+    section = README.read_text().split("### Feature gates", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| (on|off) \|", section, re.MULTILINE)
+    assert {name: default == "on" for name, default in rows} == by_name(FeatureGates())
