@@ -1,6 +1,11 @@
-"""pytest plugin: one real control plane per test session, one fresh namespace per test.
+"""pytest plugin: one real cluster per test session, one fresh namespace per test.
 
 Register it with ``pytest_plugins = ["e2e.pytest_plugin"]`` in the root conftest.
+
+The ``control_plane`` fixture is an `e2e.controlplane.Cluster`: a local
+control plane started for the session, or the existing cluster that
+``USHER_KUBECONFIG`` names. Tests that restart components ask for
+``restartable_control_plane`` instead, which is skipped on an external cluster.
 
 Why session-scoped: the control plane starts in a few seconds, but that is
 still too slow to pay per test; tests stay independent through their own
