@@ -17,7 +17,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from e2e.controlplane import Cluster, cache_dir, read_versions, wait_for, write_kubeconfig
+from e2e.controlplane import Cluster, ControlPlane, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
@@ -191,7 +191,7 @@ def test_usher_schedules_with_only_the_charts_permissions(
     ids=["without pods/binding create nothing is bound", "without pods/status patch no condition is written"],
 )
 def test_every_rule_of_the_cluster_role_is_needed(
-    control_plane: Cluster,
+    control_plane: ControlPlane,
     core_api: kubernetes.client.CoreV1Api,
     namespace: str,
     kwok_nodes: Callable[..., str],
