@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
 import aiohttp
 
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import Cluster
 
 T = TypeVar("T")
 
@@ -33,26 +32,20 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-def admin_ssl_context(plane: ControlPlane) -> ssl.SSLContext:
-    """TLS with the control plane's CA and the admin client certificate it already made."""
-    context = ssl.create_default_context(cafile=str(plane.pki.ca_crt))
-    context.load_cert_chain(str(plane.pki.directory / "admin.crt"), str(plane.pki.directory / "admin.key"))
-    return context
-
-
 class Api:
     """Admin access to one control plane's API server over ``connections`` keep-alive connections."""
 
-    def __init__(self, plane: ControlPlane, connections: int = 32) -> None:
+    def __init__(self, plane: Cluster, connections: int = 32) -> None:
         self.server = plane.server
-        self._context = admin_ssl_context(plane)
+        self._context = plane.admin.ssl_context()
+        self._headers = plane.admin.headers()
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Api:
         connector = aiohttp.TCPConnector(ssl=self._context, limit=self._connections + 8)
         self._session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), headers=self._headers
         )
         return self
 

@@ -10,12 +10,12 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import Cluster
 from e2e.usher_process import UsherProcess
 
 
 @pytest.fixture(scope="session")
-def core_api(control_plane: ControlPlane) -> kubernetes.client.CoreV1Api:
+def core_api(control_plane: Cluster) -> kubernetes.client.CoreV1Api:
     client = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     return kubernetes.client.CoreV1Api(client)
 
@@ -29,7 +29,7 @@ def test_id(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def kwok_nodes(
-    control_plane: ControlPlane, core_api: kubernetes.client.CoreV1Api, test_id: str
+    control_plane: Cluster, core_api: kubernetes.client.CoreV1Api, test_id: str
 ) -> Iterator[Callable[..., str]]:
     """Create Ready kwok nodes for this test only; they are deleted when it ends."""
     created: list[str] = []
@@ -46,7 +46,7 @@ def kwok_nodes(
 
 
 @pytest.fixture
-def usher(control_plane: ControlPlane, test_id: str) -> Iterator[Callable[..., UsherProcess]]:
+def usher(control_plane: Cluster, test_id: str) -> Iterator[Callable[..., UsherProcess]]:
     """Start usher processes (scheduler name ``usher-<test>``); any still running is killed at the end."""
     started: list[UsherProcess] = []
 

@@ -26,7 +26,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.config
 
-from e2e.controlplane import ControlPlane, start, wait_for
+from e2e.controlplane import Cluster, ExternalCluster, start, wait_for
 from e2e.usher_process import UsherProcess
 
 NAMESPACE = "usher-demo"
@@ -35,9 +35,17 @@ PODS = [("web", "500m", "256Mi", 4), ("worker", "1", "1Gi", 3), ("batch", "250m"
 
 
 @contextlib.contextmanager
-def cluster(local: bool) -> Iterator[tuple[Path, ControlPlane | None]]:
+def cluster(local: bool, kwok_nodes: bool) -> Iterator[tuple[Path, Cluster | None]]:
+    """The demo's kubeconfig, and the cluster when the demo makes kwok nodes in it.
+
+    With KUBECONFIG set the cluster is wrapped only for ``--kwok-nodes``: the
+    harness reads fewer kinds of kubeconfig (no exec plugins) than the
+    Python client that does the rest.
+    """
     if not local:
-        yield Path(os.environ["KUBECONFIG"]), None
+        kubeconfig = Path(os.environ["KUBECONFIG"])
+        workdir = Path(tempfile.mkdtemp(prefix="usher-demo-")) if kwok_nodes else None
+        yield kubeconfig, ExternalCluster.from_kubeconfig(kubeconfig, workdir) if workdir else None
         return
     workdir = Path(tempfile.mkdtemp(prefix="usher-demo-"))
     print(f"starting a local control plane in {workdir} ...", flush=True)
@@ -73,12 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kwok-nodes", action="store_true", help="create kwok nodes on an existing cluster too")
     args = parser.parse_args(argv)
     local = not os.environ.get("KUBECONFIG")
-    with cluster(local) as (kubeconfig, plane):
+    with cluster(local, args.kwok_nodes) as (kubeconfig, plane):
         api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
-        if plane is not None or args.kwok_nodes:
+        if plane is not None:
             for name, cpu, memory in NODES:
-                if plane is not None:
-                    plane.add_kwok_node(name, cpu=cpu, memory=memory, pods=110)
+                plane.add_kwok_node(name, cpu=cpu, memory=memory, pods=110)
             print(f"nodes: {', '.join(f'{n} ({c} cpu, {m})' for n, c, m in NODES)}")
         with contextlib.suppress(kubernetes.client.ApiException):
             api.create_namespace({"metadata": {"name": NAMESPACE}})
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             stop.wait()
         code = usher.terminate()
-        if plane is None:
+        if not local:  # a local control plane is thrown away with its pods
             for name in names:
                 with contextlib.suppress(kubernetes.client.ApiException):
                     api.delete_namespaced_pod(name, NAMESPACE)

@@ -10,9 +10,7 @@ apiserver. It runs its own event loop in a thread, so tests stay synchronous.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
-import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -21,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import yaml
 from aiohttp import web
 
-from e2e.controlplane import ControlPlane, free_ports, write_kubeconfig
+from e2e.controlplane import Cluster, free_ports, write_kubeconfig
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
@@ -43,7 +40,7 @@ class Fault:
 
 @dataclass
 class FaultProxy:
-    control_plane: ControlPlane
+    control_plane: Cluster
     faults: list[Fault] = field(default_factory=list)
     seen: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     port: int = 0
@@ -98,16 +95,9 @@ class FaultProxy:
 
 
 @contextmanager
-def running(control_plane: ControlPlane, faults: list[Fault]) -> Iterator[FaultProxy]:
+def running(control_plane: Cluster, faults: list[Fault]) -> Iterator[FaultProxy]:
     proxy = FaultProxy(control_plane, faults, port=free_ports(1)[0])
-    admin = yaml.safe_load(control_plane.kubeconfig.read_text())["users"][0]["user"]
-    workdir = control_plane.workdir / "fault-proxy"
-    workdir.mkdir(exist_ok=True)
-    cert, key = workdir / "admin.crt", workdir / "admin.key"
-    cert.write_bytes(base64.b64decode(admin["client-certificate-data"]))
-    key.write_bytes(base64.b64decode(admin["client-key-data"]))
-    context = ssl.create_default_context(cafile=str(control_plane.pki.ca_crt))
-    context.load_cert_chain(str(cert), str(key))
+    context = control_plane.admin.ssl_context()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     stop: asyncio.Event | None = None
@@ -116,7 +106,9 @@ def running(control_plane: ControlPlane, faults: list[Fault]) -> Iterator[FaultP
         nonlocal stop
         stop = asyncio.Event()
         handlers: set[asyncio.Task[object]] = set()
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context), headers=control_plane.admin.headers()
+        )
 
         async def handle(request: web.Request) -> web.StreamResponse:
             task = asyncio.current_task()

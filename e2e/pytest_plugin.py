@@ -1,6 +1,11 @@
-"""pytest plugin: one real control plane per test session, one fresh namespace per test.
+"""pytest plugin: one real cluster per test session, one fresh namespace per test.
 
 Register it with ``pytest_plugins = ["e2e.pytest_plugin"]`` in the root conftest.
+
+The ``control_plane`` fixture is an `e2e.controlplane.Cluster`: a local
+control plane started for the session, or the existing cluster that
+``USHER_KUBECONFIG`` names. Tests that restart components ask for
+``restartable_control_plane`` instead, which is skipped on an external cluster.
 
 Why session-scoped: the control plane starts in a few seconds, but that is
 still too slow to pay per test; tests stay independent through their own
@@ -30,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from e2e import controlplane
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import Cluster, ControlPlane, ExternalCluster, RestartableControlPlane
 
 ARTIFACTS_ENV = "USHER_ARTIFACTS"
 KEEP_ENV = "USHER_KEEP_ARTIFACTS"
@@ -42,7 +47,9 @@ EXTERNAL_KUBECONFIG_ENV = "USHER_KUBECONFIG"
 _NAMESPACE_DUMP_KINDS = "all,events,resourceclaims,resourceclaimtemplates,configmaps,serviceaccounts"
 
 _RUN_DIR = pytest.StashKey[Path]()
-_PLANE = pytest.StashKey[ControlPlane]()
+_PLANE = pytest.StashKey[Cluster]()
+#: What the session started (a local control plane), closed by the fixture or, failing that, at session end.
+_STARTED = pytest.StashKey[contextlib.ExitStack]()
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
@@ -84,35 +91,45 @@ def artifacts_dir(request: pytest.FixtureRequest) -> Path:
     return run_dir(request.config)
 
 
-def _start_external(kubeconfig: str, workdir: Path) -> ControlPlane:
-    """External-cluster mode (``USHER_KUBECONFIG=<path>``, e.g. kind via e2e/kind.sh): use that cluster as it is."""
-    return controlplane.ExternalCluster.from_kubeconfig(Path(kubeconfig), workdir)
+def _open_cluster(workdir: Path, started: contextlib.ExitStack) -> Cluster:
+    """The session's cluster: the one ``USHER_KUBECONFIG`` names (e.g. kind via e2e/kind.sh), used as it
+    is, or else a local control plane that ``started`` stops."""
+    external = os.environ.get(EXTERNAL_KUBECONFIG_ENV)
+    if external:
+        return ExternalCluster.from_kubeconfig(Path(external), workdir)
+    return started.enter_context(controlplane.running(workdir))
 
 
 @pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterator[ControlPlane]:
-    """A real local control plane (etcd, kube-apiserver, kcm, kwok) shared by the session."""
-    external = os.environ.get(EXTERNAL_KUBECONFIG_ENV)
-    plane = (
-        _start_external(external, artifacts_dir / "control-plane")
-        if external
-        else controlplane.start(artifacts_dir / "control-plane")
-    )
-    request.config.stash[_PLANE] = plane
-    try:
+def control_plane(request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterator[Cluster]:
+    """The session's cluster: a real local control plane (etcd, kube-apiserver, kcm, kwok), or the
+    external cluster of ``USHER_KUBECONFIG``."""
+    started = request.config.stash[_STARTED] = contextlib.ExitStack()
+    with started:
+        plane = _open_cluster(artifacts_dir / "control-plane", started)
+        request.config.stash[_PLANE] = plane
         yield plane
-    finally:
         if request.session.testsfailed:
             # Cluster-wide state next to the logs: often why a pod did not schedule.
             with contextlib.suppress(Exception):
                 (artifacts_dir / "cluster-state.yaml").write_text(
                     plane.kubectl("get", "nodes,leases,deviceclasses,priorityclasses", "-A", "-o", "yaml")
                 )
-        plane.stop()
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterator[str]:
+def restartable_control_plane(control_plane: Cluster) -> RestartableControlPlane:
+    """The session's cluster, for tests that restart its components; skipped on an external cluster."""
+    if not isinstance(control_plane, RestartableControlPlane):
+        pytest.skip(
+            f"restarts control-plane processes, which only a local control plane lets the harness do; "
+            f"{EXTERNAL_KUBECONFIG_ENV} points at the external cluster {control_plane.server}"
+        )
+    return control_plane
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, control_plane: Cluster) -> Iterator[str]:
     """A fresh namespace for one test (default ServiceAccount ready), deleted afterwards.
 
     When the test failed, its namespace's objects and events are first dumped
@@ -142,9 +159,9 @@ def _keep_artifacts(session: pytest.Session, exitstatus: int | pytest.ExitCode) 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
     """Stop anything still running, then delete the artifacts unless something failed."""
     config = session.config
-    plane = config.stash.get(_PLANE, None)
-    if plane is not None:
-        plane.stop()
+    started = config.stash.get(_STARTED, None)
+    if started is not None:
+        started.close()  # a no-op when the fixture's teardown already ran
     path = config.stash.get(_RUN_DIR, None)
     if path is None:
         return
@@ -163,7 +180,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     if plane is None and path is None:
         return
     terminalreporter.write_sep("-", "usher e2e")
-    if plane is not None and plane.startup_seconds:
+    if isinstance(plane, ControlPlane) and plane.startup_seconds:
         terminalreporter.write_line(f"control plane started in {plane.startup_seconds:.1f} s {plane.timings}")
     if path is not None:
         terminalreporter.write_line(f"artifacts kept in {path} (component logs: {path / 'control-plane' / 'logs'})")

@@ -17,7 +17,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane, cache_dir, read_versions, wait_for, write_kubeconfig
+from e2e.controlplane import Cluster, ControlPlane, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
@@ -79,7 +79,7 @@ def test_the_committed_install_manifest_is_the_rendered_chart() -> None:
 class Installed:
     """A chart release in the harness and what usher needs to run as its ServiceAccount."""
 
-    def __init__(self, control_plane: ControlPlane, namespace: str, release: str, tmp_path: Path) -> None:
+    def __init__(self, control_plane: Cluster, namespace: str, release: str, tmp_path: Path) -> None:
         self.control_plane = control_plane
         self.namespace = namespace
         self.release = release
@@ -107,7 +107,7 @@ class Installed:
             self.tmp_path / "sa-kubeconfig",
             server=self.control_plane.server,
             user=self.release,
-            ca=self.control_plane.pki.ca_crt,
+            ca=self.control_plane.admin.ca_certificate,
             token=token,
         )
 
@@ -131,7 +131,7 @@ class Installed:
 
 
 @pytest.fixture
-def release(control_plane: ControlPlane, namespace: str, test_id: str, tmp_path: Path) -> Iterator[Installed]:
+def release(control_plane: Cluster, namespace: str, test_id: str, tmp_path: Path) -> Iterator[Installed]:
     installed = Installed(control_plane, namespace, f"u-{test_id}"[:40].rstrip("-"), tmp_path)
     yield installed
     for kind in ("clusterrole", "clusterrolebinding"):
@@ -139,7 +139,7 @@ def release(control_plane: ControlPlane, namespace: str, test_id: str, tmp_path:
 
 
 def test_usher_schedules_with_only_the_charts_permissions(
-    control_plane: ControlPlane,
+    control_plane: Cluster,
     core_api: kubernetes.client.CoreV1Api,
     namespace: str,
     kwok_nodes: Callable[..., str],

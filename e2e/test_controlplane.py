@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,9 +32,11 @@ from e2e import controlplane
 from e2e.controlplane import (
     ApiError,
     Binaries,
+    Cluster,
     ComponentError,
-    ControlPlane,
+    ExternalCluster,
     MissingBinaryError,
+    RestartableControlPlane,
     WaitTimeoutError,
     wait_for,
 )
@@ -42,7 +45,7 @@ from e2e.pytest_plugin import unique_name
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _get(plane: ControlPlane, path: str) -> Any:
+def _get(plane: Cluster, path: str) -> Any:
     """GET that maps 404 to None."""
     try:
         return plane.request("GET", path)
@@ -53,7 +56,7 @@ def _get(plane: ControlPlane, path: str) -> Any:
 
 
 @pytest.fixture
-def node_name(control_plane: ControlPlane) -> Iterator[str]:
+def node_name(control_plane: Cluster) -> Iterator[str]:
     """A unique node name, and the node's deletion afterwards.
 
     The session's cluster is shared: a node left behind would take pods in
@@ -107,6 +110,12 @@ def test_missing_binary_names_it_and_the_build_command(tmp_path: Path) -> None:
         binaries.require("kwok_stages")
 
 
+def test_the_package_exports_what_it_lists() -> None:
+    assert sorted(controlplane.__all__) == sorted(set(controlplane.__all__))
+    for name in controlplane.__all__:
+        assert getattr(controlplane, name) is not None, name
+
+
 def test_unique_names_are_dns_labels() -> None:
     name = unique_name("e2e", "test_something[Param_1]" * 5)
     assert len(name) <= 63
@@ -118,7 +127,7 @@ def test_unique_names_are_dns_labels() -> None:
 
 
 @pytest.mark.e2e
-def test_apiserver_ready_and_rbac_enforced(control_plane: ControlPlane, namespace: str) -> None:
+def test_apiserver_ready_and_rbac_enforced(control_plane: Cluster, namespace: str) -> None:
     assert control_plane.kubectl("get", "--raw", "/readyz").strip() == "ok"
     assert control_plane.kubectl("auth", "can-i", "list", "pods", "-n", namespace).strip() == "yes"
     can = control_plane.kubectl(
@@ -130,8 +139,9 @@ def test_apiserver_ready_and_rbac_enforced(control_plane: ControlPlane, namespac
     # A real token of that ServiceAccount (signed with the service-account key) is
     # authenticated but not authorized.
     token = control_plane.kubectl("create", "token", "default", "-n", namespace).strip()
-    context = ssl.create_default_context(cafile=str(control_plane.pki.ca_crt))
-    conn = http.client.HTTPSConnection("127.0.0.1", control_plane.ports.apiserver, context=context, timeout=10)
+    context = ssl.create_default_context(cafile=str(control_plane.admin.ca_certificate))
+    server = urllib.parse.urlsplit(control_plane.server)
+    conn = http.client.HTTPSConnection(server.hostname or "", server.port, context=context, timeout=10)
     try:
         conn.request("GET", f"/api/v1/namespaces/{namespace}/pods", headers={"Authorization": f"Bearer {token}"})
         response = conn.getresponse()
@@ -143,7 +153,7 @@ def test_apiserver_ready_and_rbac_enforced(control_plane: ControlPlane, namespac
 
 
 @pytest.mark.e2e
-def test_kwok_node_is_ready_untainted_and_renews_its_lease(control_plane: ControlPlane, node_name: str) -> None:
+def test_kwok_node_is_ready_untainted_and_renews_its_lease(control_plane: Cluster, node_name: str) -> None:
     name = node_name
     node = control_plane.add_kwok_node(name, cpu="8", memory="16Gi", pods=50, labels={"zone": "a"})
     assert node["metadata"]["annotations"][controlplane.KWOK_NODE_ANNOTATION] == "fake"
@@ -164,13 +174,11 @@ def test_kwok_node_is_ready_untainted_and_renews_its_lease(control_plane: Contro
         interval=0.5,
     )
     assert renewed["spec"]["holderIdentity"] == first["spec"]["holderIdentity"]
-    assert controlplane._node_ready(control_plane.request("GET", f"/api/v1/nodes/{name}"))
+    assert controlplane.node_ready(control_plane.request("GET", f"/api/v1/nodes/{name}"))
 
 
 @pytest.mark.e2e
-def test_pod_bound_to_kwok_node_runs_and_is_deleted(
-    control_plane: ControlPlane, namespace: str, node_name: str
-) -> None:
+def test_pod_bound_to_kwok_node_runs_and_is_deleted(control_plane: Cluster, namespace: str, node_name: str) -> None:
     node = node_name
     control_plane.add_kwok_node(node)
     pods = f"/api/v1/namespaces/{namespace}/pods"
@@ -196,7 +204,7 @@ def test_pod_bound_to_kwok_node_runs_and_is_deleted(
 
 
 @pytest.mark.e2e
-def test_resource_claim_template_yields_claim_and_pod_status(control_plane: ControlPlane, namespace: str) -> None:
+def test_resource_claim_template_yields_claim_and_pod_status(control_plane: Cluster, namespace: str) -> None:
     device_class = f"{namespace}.example.com"
     control_plane.request(
         "POST",
@@ -244,17 +252,54 @@ def test_resource_claim_template_yields_claim_and_pod_status(control_plane: Cont
 
 
 @pytest.mark.e2e
-def test_two_more_control_planes_start_in_parallel_without_clashing(
-    control_plane: ControlPlane, tmp_path: Path
+def test_an_external_cluster_by_kubeconfig_offers_the_same_operations(
+    control_plane: Cluster, node_name: str, tmp_path: Path
 ) -> None:
+    # The session's cluster seen through its kubeconfig only: the ExternalCluster code path, run for real.
+    external = ExternalCluster.from_kubeconfig(control_plane.kubeconfig, tmp_path / "external")
+    assert isinstance(external, Cluster)
+    assert not isinstance(external, RestartableControlPlane)
+    assert external.server == control_plane.server
+    namespace = external.create_namespace(unique_name("external"), labels={"by": "external"})
+    try:
+        assert external.kubectl("get", "namespace", namespace, "-o", "jsonpath={.metadata.labels.by}") == "external"
+        node = external.add_kwok_node(node_name, cpu="2")
+        assert node["status"]["allocatable"]["cpu"] == "2"
+        assert controlplane.node_ready(control_plane.request("GET", f"/api/v1/nodes/{node_name}"))
+        assert external.wait_for(lambda: _get(external, f"/api/v1/namespaces/{namespace}"), 5, "the namespace")
+    finally:
+        control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+@pytest.mark.e2e
+def test_a_restarted_apiserver_serves_the_same_state(
+    restartable_control_plane: RestartableControlPlane, namespace: str
+) -> None:
+    plane = restartable_control_plane
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    plane.request("POST", configmaps, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept"}})
+    old = plane.component("kube-apiserver")
+
+    new = plane.restart("kube-apiserver")
+
+    assert old.process.poll() is not None
+    assert new.alive() and new.process.pid != old.process.pid
+    assert plane.component("kube-apiserver") is new
+    assert plane.request("GET", f"{configmaps}/kept")["metadata"]["name"] == "kept"
+    # Components that watch it (kcm, kwok) carry on: a new namespace still gets its ServiceAccount.
+    plane.request("DELETE", f"/api/v1/namespaces/{plane.create_namespace(unique_name('after-restart'))}")
+
+
+@pytest.mark.e2e
+def test_two_more_control_planes_start_in_parallel_without_clashing(control_plane: Cluster, tmp_path: Path) -> None:
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(controlplane.start, tmp_path / name) for name in ("a", "b")]
         planes = [f.result() for f in futures]
     try:
-        everyone = [control_plane, *planes]
-        ports = [p for plane in everyone for p in vars(plane.ports).values()]
+        ports = [p for plane in planes for p in vars(plane.ports).values()]
         assert len(ports) == len(set(ports)), ports
-        assert len({plane.kubeconfig for plane in everyone}) == 3
+        assert control_plane.server not in {plane.server for plane in planes}
+        assert len({plane.kubeconfig for plane in [control_plane, *planes]}) == 3
         for index, plane in enumerate(planes):
             assert plane.is_running()
             assert plane.kubectl("get", "--raw", "/readyz").strip() == "ok"

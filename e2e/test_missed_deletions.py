@@ -19,7 +19,7 @@ import kopf
 import kubernetes.client
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import Cluster, wait_for
 from e2e.test_scheduling import pod_manifest
 from usher.adapters import watching
 from usher.adapters.connecting import connect
@@ -54,7 +54,7 @@ class Sink:
 
 
 def test_objects_deleted_while_nothing_watched_are_delivered_deleted_and_the_others_kept(
-    control_plane: ControlPlane, core_api: kubernetes.client.CoreV1Api, namespace: str, test_id: str
+    control_plane: Cluster, core_api: kubernetes.client.CoreV1Api, namespace: str, test_id: str
 ) -> None:
     node = f"{test_id[:40]}-gone"
     core_api.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})

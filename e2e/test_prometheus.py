@@ -14,7 +14,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane, free_ports, wait_for
+from e2e.controlplane import Cluster, free_ports, wait_for
 from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 
@@ -41,7 +41,7 @@ class Prometheus:
 
 
 @pytest.fixture
-def prometheus_for(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[[UsherProcess], Prometheus]]:
+def prometheus_for(control_plane: Cluster, tmp_path: Path) -> Iterator[Callable[[UsherProcess], Prometheus]]:
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is missing: `make test` installs Debian's prometheus package")

@@ -13,7 +13,7 @@ from pathlib import Path
 import kubernetes.client
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import Cluster, wait_for
 from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 
@@ -99,7 +99,7 @@ def test_a_pod_rejected_for_cpu_returns_for_a_roomy_node_not_for_a_label_change(
 
 
 def test_priorities_order_the_pops(
-    control_plane: ControlPlane,
+    control_plane: Cluster,
     core_api: kubernetes.client.CoreV1Api,
     namespace: str,
     kwok_nodes: Callable[..., str],

@@ -9,7 +9,7 @@ from pathlib import Path
 import kubernetes.client
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import Cluster, wait_for
 from e2e.faultproxy import Fault, running
 from e2e.test_scheduling import assert_no_node_overcommitted, events_in, pod_manifest, pods_in, scheduled_events
 from e2e.usher_process import UsherProcess
@@ -50,7 +50,7 @@ def test_a_pod_that_fits_nowhere_gets_the_condition_and_one_event(
 
 
 def test_bindings_answered_with_server_errors_still_bind_exactly_once(
-    control_plane: ControlPlane,
+    control_plane: Cluster,
     core_api: kubernetes.client.CoreV1Api,
     namespace: str,
     kwok_nodes: Callable[..., str],

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import kubernetes.client
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import Cluster, wait_for
 from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 from usher.adapters.connecting import connect
@@ -43,7 +43,7 @@ def test_usher_is_ready_only_once_its_cache_holds_the_pods_bound_before_it_start
     assert scheduler.terminate() == 0
 
 
-def test_the_sync_lists_names_and_uids_only(control_plane: ControlPlane, namespace: str) -> None:
+def test_the_sync_lists_names_and_uids_only(control_plane: Cluster, namespace: str) -> None:
     """usher's own start-up LIST asks for metadata only: kopf lists the objects themselves."""
 
     async def list_both() -> tuple[list[str], ApiResult]:
