@@ -25,7 +25,7 @@ from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
-from usher.adapters.leading import LeaderElector, LeaseSettings
+from usher.adapters.leading import KubeLeases, LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.config import FeatureGates, SchedulerConfig
@@ -147,15 +147,20 @@ async def run(options: RunOptions) -> None:
     def on_lost() -> None:
         nonlocal lost
         lost = True
+        # Fencing: not one more write leaves, not even a queued binding while kopf shuts down.
+        dispatcher.halt()
         stop.set()
 
     leader_task: asyncio.Task[None] | None = None
     elector: LeaderElector | None = None
     if options.lease is not None:
-        elector = LeaderElector(options.lease, api, on_lost)
+        leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
+        elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
         scheduler.leading = elector.leading
         leader_task = asyncio.create_task(elector.run(), name="leader-election")
     else:
+        # Without leader election this instance always leads, and says so as kube-scheduler's gauge would.
+        metrics.leading_changed(options.config.scheduler_names[0], True)
         scheduler.leading.set()
     loop_task = asyncio.create_task(scheduler.run(), name="scheduling-loop")
     debug = _Debug(scheduler) if options.debug_endpoints else None

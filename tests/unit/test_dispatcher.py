@@ -205,3 +205,15 @@ async def test_call_waits_for_the_result_and_still_tells_on_done() -> None:
     result = await dispatcher.call(binding_call(results))
     await settle(dispatcher)
     assert result.status == 201 and results == [result]
+
+
+async def test_a_halted_dispatcher_sends_nothing_more_not_even_queued_bindings() -> None:
+    api, results = RecordingApi(), []
+    dispatcher = await run(api, workers=2)
+    dispatcher.halt()  # leadership lost: synchronous, before any worker runs again
+    dispatcher.add(binding_call(results))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await dispatcher.stop()
+    assert api.calls == []
+    assert results == []

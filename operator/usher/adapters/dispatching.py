@@ -148,9 +148,13 @@ class Dispatcher:
             asyncio.create_task(self._work(), name=f"dispatcher-worker-{i}") for i in range(self._workers_count)
         ]
 
-    async def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop sending at once (leadership lost): every worker is cancelled now; ``stop`` still awaits them."""
         for task in self._workers:
             task.cancel()
+
+    async def stop(self) -> None:
+        self.halt()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
         for waiting in self._waiting.values():
