@@ -264,7 +264,11 @@ class LeaderElector:
         timeout = self._remaining(deadline)
         sent = self._clock.now()
         result = await self._leases.create(body, timeout=timeout)
-        return _Attempt(renewed_at=sent) if result.ok else _Attempt()
+        if result.ok:
+            return _Attempt(renewed_at=sent)
+        if result.status != 409:  # 409: another candidate created it first
+            logger.warning("leader election: creating the lease: HTTP %d %s", result.status, result.message)
+        return _Attempt()
 
     async def _write(self, lease: Mapping[str, Any], deadline: float, *, acquire: bool) -> _Attempt:
         """PUT with the read resourceVersion: a concurrent writer makes this a 409, never a double win."""
