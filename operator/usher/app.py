@@ -114,7 +114,20 @@ async def run(options: RunOptions) -> None:
     logger.info("connecting to %s (%s)", connection.async_config.host, connection.source)
     metrics = Metrics()
     api = KubeApi(connection.async_config)
-    dispatcher = Dispatcher(api, observer=metrics)
+    lost = False
+
+    def on_lost() -> None:
+        nonlocal lost
+        lost = True
+        # Fencing: not one more write leaves, not even a queued binding while kopf shuts down.
+        dispatcher.halt()
+        stop.set()
+
+    elector: LeaderElector | None = None
+    if options.lease is not None:
+        leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
+        elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
+    dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
     scheduler = Scheduler(
         options.config,
         gates=options.gates,
@@ -142,20 +155,8 @@ async def run(options: RunOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     dispatcher.start()
-    lost = False
-
-    def on_lost() -> None:
-        nonlocal lost
-        lost = True
-        # Fencing: not one more write leaves, not even a queued binding while kopf shuts down.
-        dispatcher.halt()
-        stop.set()
-
     leader_task: asyncio.Task[None] | None = None
-    elector: LeaderElector | None = None
-    if options.lease is not None:
-        leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
-        elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
+    if elector is not None:
         scheduler.leading = elector.leading
         leader_task = asyncio.create_task(elector.run(), name="leader-election")
     else:

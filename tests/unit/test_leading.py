@@ -275,3 +275,15 @@ async def test_a_candidate_acquires_a_free_lease_and_renews_every_retry_period()
     assert [round(b - a, 6) for a, b in itertools.pairwise(times)] == [SETTINGS.retry_period] * 4
     assert a.elector.leading.is_set() and a.lost_at is None
     cluster.stop()
+
+
+async def test_a_leader_no_longer_holds_once_its_deadline_passed_even_before_the_elector_runs() -> None:
+    cluster = Cluster()
+    a = cluster.candidate("a")
+    await cluster.time.run_until(lambda: len(cluster.server.stored_renewals) == 2)
+    assert a.elector.holds()
+    # The event loop is busy (a long scheduling cycle): time passes, the elector's task does not run.
+    cluster.time.clock.advance(SETTINGS.renew_deadline)
+    assert a.elector.leading.is_set(), "the elector has not noticed yet"
+    assert not a.elector.holds(), "but the dispatcher's fence already refuses bindings"
+    cluster.stop()

@@ -160,6 +160,14 @@ class LeaderElector:
         self._renew_by = 0.0
         """While leading: the instant this instance must stop (its last renewal's send time + renew deadline)."""
 
+    def holds(self) -> bool:
+        """Whether this instance may act as the leader now: leading, and its renew deadline not passed.
+
+        Read by the dispatcher right before each binding it sends, so a binding never leaves after the
+        deadline even when the event loop runs it before the elector's own wake-up.
+        """
+        return self.leading.is_set() and self._clock.now() < self._renew_by
+
     async def run(self) -> None:
         """Campaign, then lead; returns only when leadership was lost (after calling ``on_lost``)."""
         logger.info(
