@@ -25,6 +25,8 @@ by a context), so a stalled API server cannot hold the leader past it. Hence
 the leader clears ``leading`` (and calls ``on_lost``) at most
 ``renew_deadline`` after the stored renewal, strictly before any follower may
 acquire (``renew_deadline < lease_duration`` is validated by the config).
+Because a busy event loop can delay the elector's wake-up, the dispatcher
+also asks ``holds()`` right before sending each binding.
 Time is the injected monotonic ``Clock``; sleeping is injected too, so the
 unit tests drive all of it on virtual time.
 
