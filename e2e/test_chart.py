@@ -176,6 +176,9 @@ def test_usher_schedules_with_only_the_charts_permissions(
             wait_for(
                 lambda: scheduled_events(core_api, namespace, release.release)["p"] == 1, 30, "the Scheduled Event"
             )
+            assert process.metric("leader_election_master_status", name=release.release) == 1, (
+                "without leader election this instance always leads"
+            )
             assert process.terminate() == 0
     finally:
         driver.cleanup()

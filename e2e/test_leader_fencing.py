@@ -102,6 +102,8 @@ def test_a_leader_whose_lease_calls_stall_stops_binding_before_the_follower_take
 
         while len(bindings(leader_proxy)) < 20:
             create_and_wait_bound()
+        assert leader.metric("leader_election_master_status", name=scheduler) == 1
+        assert follower.metric("leader_election_master_status", name=scheduler) == 0
         lease_calls = r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases"
         stalls = [leader_proxy.stall(method, lease_calls) for method in ("GET", "PUT")]
         # The stream goes on through the stall and the handover, until the follower has bound some itself.
@@ -111,6 +113,7 @@ def test_a_leader_whose_lease_calls_stall_stops_binding_before_the_follower_take
 
         assert sum(s.stalled for s in stalls) >= 1, "the leader's Lease calls were held"
         assert follower.metric("scheduler_schedule_attempts_total", result="scheduled") > 0
+        assert follower.metric("leader_election_master_status", name=scheduler) == 1
         assert leader.process is not None
         wait_for(lambda: leader.process.poll() is not None, 60, "the stalled leader exits by itself")
         assert leader.process.returncode != 0, "losing the lease is an error exit"
