@@ -4,7 +4,11 @@ usher talks plain HTTP to the proxy on loopback; the proxy forwards every
 request (watches stream through unchanged) to the apiserver over TLS with the
 admin client certificate, except the calls a test asked to fail: those get a
 real-looking ``Status`` with the chosen HTTP code before ever reaching the
-apiserver. It runs its own event loop in a thread, so tests stay synchronous.
+apiserver, and the calls a test asked to stall: those are held without an
+answer (never forwarded) until the client gives up. Every exchange is logged
+with this process's monotonic times (``exchanges``), so a test can order the
+calls of two clients, each behind its own proxy. It runs its own event loop
+in a thread, so tests stay synchronous.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,11 +44,48 @@ class Fault:
 
 
 @dataclass
+class Stall:
+    """Hold every request matching ``method`` and ``path`` (a regex) unanswered until its client hangs up."""
+
+    method: str
+    path: str
+    stalled: int = 0
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request as the proxy saw it, in ``time.monotonic()`` seconds of the test process.
+
+    ``arrived``: before it was forwarded (the API server cannot have acted on it earlier);
+    ``answered``: when the API server's status line came back (it had acted by then).
+    """
+
+    method: str
+    path: str
+    status: int
+    arrived: float
+    answered: float
+
+
+@dataclass
 class FaultProxy:
     control_plane: Cluster
     faults: list[Fault] = field(default_factory=list)
     seen: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     port: int = 0
+    stalls: list[Stall] = field(default_factory=list)
+    exchanges: list[Exchange] = field(default_factory=list)
+
+    def stall(self, method: str, path: str) -> Stall:
+        """Start holding matching requests (safe to call from the test's thread)."""
+        stall = Stall(method, path)
+        self.stalls = [*self.stalls, stall]  # one assignment: the proxy's thread never sees a list mid-change
+        return stall
+
+    def answered(self, method: str, pattern: str) -> list[Exchange]:
+        """The forwarded exchanges matching ``method`` and ``pattern``, in arrival order."""
+        regex = re.compile(pattern)
+        return [e for e in list(self.exchanges) if e.method == method and regex.search(e.path)]
 
     @property
     def url(self) -> str:
@@ -59,6 +101,12 @@ class FaultProxy:
 
     async def _handle(self, request: web.Request, session: aiohttp.ClientSession) -> web.StreamResponse:
         path = request.path_qs
+        arrived = time.monotonic()
+        for stall in self.stalls:
+            if stall.method == request.method and re.search(stall.path, request.path):
+                stall.stalled += 1
+                self.seen[(request.method, request.path, 0)] += 1
+                await asyncio.get_running_loop().create_future()  # until the client hangs up (cancelled)
         for fault in self.faults:
             if fault.method == request.method and re.search(fault.path, request.path) and fault.injected < fault.times:
                 fault.injected += 1
@@ -78,6 +126,7 @@ class FaultProxy:
             request.method, self.control_plane.server + path, headers=headers, data=data or None, timeout=None
         )
         self.seen[(request.method, request.path, upstream.status)] += 1
+        self.exchanges.append(Exchange(request.method, request.path, upstream.status, arrived, time.monotonic()))
         response = web.StreamResponse(
             status=upstream.status,
             headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
@@ -144,4 +193,4 @@ def running(control_plane: Cluster, faults: list[Fault]) -> Iterator[FaultProxy]
         loop.close()
 
 
-__all__ = ["Fault", "FaultProxy", "running"]
+__all__ = ["Exchange", "Fault", "FaultProxy", "Stall", "running"]

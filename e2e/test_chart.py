@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from e2e.controlplane import Cluster, ControlPlane, cache_dir, read_versions, wait_for, write_kubeconfig
+from e2e.controlplane import Cluster, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
@@ -175,6 +176,9 @@ def test_usher_schedules_with_only_the_charts_permissions(
             wait_for(
                 lambda: scheduled_events(core_api, namespace, release.release)["p"] == 1, 30, "the Scheduled Event"
             )
+            assert process.metric("leader_election_master_status", name=release.release) == 1, (
+                "without leader election this instance always leads"
+            )
             assert process.terminate() == 0
     finally:
         driver.cleanup()
@@ -182,60 +186,139 @@ def test_usher_schedules_with_only_the_charts_permissions(
     assert "forbidden" not in text.lower(), text[-3000:]
 
 
-@pytest.mark.parametrize(
-    ("resource", "verb", "symptom"),
-    [
-        ("pods/binding", "create", "binding"),
-        ("pods/status", "patch", "condition"),
-    ],
-    ids=["without pods/binding create nothing is bound", "without pods/status patch no condition is written"],
-)
-def test_every_rule_of_the_cluster_role_is_needed(
-    control_plane: ControlPlane,
+@dataclass(frozen=True)
+class Needed:
+    """A rule of the chart's RBAC, and what goes wrong without it."""
+
+    kind: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    symptom: str
+    """unready: usher cannot list what it must cache; binding, condition, device, event: that write fails;
+    lease: this instance never leads."""
+
+    @property
+    def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
+        return (self.kind, frozenset(self.resources), frozenset(self.verbs))
+
+
+NEEDED = {
+    "without pods and nodes get/list/watch usher never gets ready": Needed(
+        "ClusterRole", ("pods", "nodes"), ("get", "list", "watch"), "unready"
+    ),
+    "without namespaces list/watch usher never gets ready": Needed(
+        "ClusterRole", ("namespaces",), ("list", "watch"), "unready"
+    ),
+    "without pods/binding create nothing is bound": Needed("ClusterRole", ("pods/binding",), ("create",), "binding"),
+    "without pods/status patch no condition is written": Needed(
+        "ClusterRole", ("pods/status",), ("patch",), "condition"
+    ),
+    "without resourceclaims get/list/watch/update usher never gets ready": Needed(
+        "ClusterRole", ("resourceclaims",), ("get", "list", "watch", "update"), "unready"
+    ),
+    "without resourceclaims/status update/patch no claim is allocated": Needed(
+        "ClusterRole", ("resourceclaims/status",), ("update", "patch"), "device"
+    ),
+    "without resourceclaims/binding update no claim is allocated": Needed(
+        "ClusterRole", ("resourceclaims/binding",), ("update",), "device"
+    ),
+    "without resourceslices and deviceclasses list/watch usher never gets ready": Needed(
+        "ClusterRole", ("resourceslices", "deviceclasses"), ("list", "watch"), "unready"
+    ),
+    "without events create/patch no Scheduled event is recorded": Needed(
+        "ClusterRole", ("events",), ("create", "patch"), "event"
+    ),
+    "without leases create no Lease comes to exist and nothing is scheduled": Needed(
+        "Role", ("leases",), ("create",), "lease"
+    ),
+    "without get/update of its own Lease usher never leads": Needed("Role", ("leases",), ("get", "update"), "lease"),
+}
+
+
+def test_the_rule_table_covers_every_rule_the_chart_grants() -> None:
+    rendered = [d for d in yaml.safe_load_all(helm("template", "r", str(CHART))) if d]
+    granted = {
+        (d["kind"], frozenset(rule["resources"]), frozenset(rule["verbs"]))
+        for d in rendered
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d["rules"]
+    }
+    assert granted == {needed.key for needed in NEEDED.values()}
+
+
+def forbidden(needed: Needed, log: str) -> bool:
+    """The API server's RBAC denial of one of the rule's verbs on one of its resources, as usher logged it."""
+    return any(f'cannot {verb} resource "{resource}"' in log for verb in needed.verbs for resource in needed.resources)
+
+
+@pytest.mark.parametrize("needed", list(NEEDED.values()), ids=list(NEEDED))
+def test_every_rule_of_the_charts_rbac_is_needed(
+    control_plane: Cluster,
     core_api: kubernetes.client.CoreV1Api,
     namespace: str,
     kwok_nodes: Callable[..., str],
     release: Installed,
-    resource: str,
-    verb: str,
-    symptom: str,
+    needed: Needed,
 ) -> None:
-    release.install(replicaCount=1, leaderElection={"enabled": False})
+    """Each case removes one rule from the installed ClusterRole or Role and runs usher with what is left.
+
+    One usher process per removed rule, all against the session's one control
+    plane (each case costs a helm install and a usher start, a few seconds):
+    only a real run shows that usher actually calls what a rule grants and that
+    its absence is visible, both in the log (the API server's denial, naming the
+    verb and resource) and in the cluster (usher not ready, a pod not bound, no
+    condition, no Event, no leader). A SubjectAccessReview would only restate
+    the rule. ``test_the_rule_table_covers_every_rule_the_chart_grants`` keeps
+    the table in step with the chart.
+    """
+    release.install(replicaCount=1, leaderElection={"enabled": needed.kind == "Role"})
     rbac = kubernetes.client.RbacAuthorizationV1Api(core_api.api_client)
-    role = rbac.read_cluster_role(release.release)
-    kept = [r for r in role.rules if resource not in (r.resources or [])]
-    assert len(kept) == len(role.rules) - 1, f"the chart grants {resource} in exactly one rule"
+    if needed.kind == "ClusterRole":
+        role = rbac.read_cluster_role(release.release)
+    else:
+        role = rbac.read_namespaced_role(f"{release.release}-leader-election", namespace)
+    kept = [r for r in role.rules if (needed.kind, frozenset(r.resources), frozenset(r.verbs)) != needed.key]
+    assert len(kept) == len(role.rules) - 1, f"the chart grants {needed} in exactly one rule"
     role.rules = kept
-    rbac.replace_cluster_role(release.release, role)
-    kwok_nodes("n", cpu="2")
+    if needed.kind == "ClusterRole":
+        rbac.replace_cluster_role(release.release, role)
+    else:
+        rbac.replace_namespaced_role(role.metadata.name, namespace, role)
+    node = kwok_nodes("n", cpu="2")
+    driver = Driver(core_api.api_client, f"{release.release}-gpu")
     process = release.usher("limited")
-    with process:
-        process.start()
-        if symptom == "binding":
-            core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
-            wait_for(
-                lambda: (
-                    process.metric("scheduler_async_api_call_execution_total", call_type="pod_binding", result="error")
-                    >= 1
-                ),
-                60,
-                "the binding to fail",
-            )
-            assert core_api.read_namespaced_pod("p", namespace).spec.node_name is None
-        else:
-            core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release, cpu="100"))
-            wait_for(
-                lambda: (
-                    process.metric(
-                        "scheduler_async_api_call_execution_total", call_type="pod_status_patch", result="error"
-                    )
-                    >= 1
-                ),
-                60,
-                "the status patch to fail",
-            )
-            assert not core_api.read_namespaced_pod("p", namespace).status.conditions
-    assert "forbidden" in process.log_path.read_text().lower(), "the failure is visible in the log"
+    try:
+        with process:
+            process.start(wait_ready=needed.symptom != "unready")
+            if needed.symptom == "device":
+                driver.publish_class()
+                driver.publish_node(node, devices=1)
+                driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
+                core_api.create_namespaced_pod(namespace, claim_pod("p", release.release, claim_name="gpu"))
+            elif needed.symptom == "condition":
+                core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release, cpu="100"))
+            elif needed.symptom != "unready":
+                core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
+            wait_for(lambda: forbidden(needed, process.log_path.read_text()), 60, f"usher to be denied {needed}")
+
+            def pod() -> kubernetes.client.V1Pod:
+                return core_api.read_namespaced_pod("p", namespace)
+
+            if needed.symptom == "unready":
+                assert process.get("/readyz")[0] != 200
+            elif needed.symptom == "condition":
+                assert not pod().status.conditions
+            elif needed.symptom == "event":
+                wait_for(lambda: pod().spec.node_name, 30, "the pod bound all the same")
+                assert scheduled_events(core_api, namespace, release.release)["p"] == 0
+            else:
+                assert pod().spec.node_name is None
+            if needed.symptom == "lease":
+                assert process.metric("leader_election_master_status", name=release.release) == 0
+                assert process.metric("scheduler_schedule_attempts_total") == 0
+    finally:
+        if driver.slices:
+            driver.cleanup()
 
 
 def test_two_replicas_lose_and_double_bind_nothing_when_the_leader_dies_mid_burst(

@@ -93,7 +93,7 @@ class UsherProcess:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def metric(self, name: str, **labels: str) -> float:
+    def metric(self, name: str, /, **labels: str) -> float:
         """The sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
         status, text = self.get("/metrics")
         assert status == 200, text

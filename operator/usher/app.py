@@ -34,7 +34,7 @@ from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
-from usher.adapters.leading import LeaderElector, LeaseSettings
+from usher.adapters.leading import KubeLeases, LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.config import SchedulerConfig
@@ -268,17 +268,21 @@ async def run(options: RunOptions) -> None:
     logger.info("connecting to %s (%s)", connection.async_config.host, connection.source)
     metrics = Metrics()
     api = KubeApi(connection.async_config)
-    dispatcher = Dispatcher(api, observer=metrics)
-
     stop = asyncio.Event()
     lost = False
 
     def on_lost() -> None:
         nonlocal lost
         lost = True
+        # Fencing: not one more write leaves, not even a queued binding while kopf shuts down.
+        dispatcher.halt()
         stop.set()
 
-    elector = LeaderElector(options.lease, api, on_lost) if options.lease is not None else None
+    elector: LeaderElector | None = None
+    if options.lease is not None:
+        leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
+        elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
+    dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
     always = asyncio.Event()
     always.set()
     scheduler = build_scheduler(
@@ -310,7 +314,12 @@ async def run(options: RunOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     dispatcher.start()
-    leader_task = asyncio.create_task(elector.run(), name="leader-election") if elector is not None else None
+    leader_task: asyncio.Task[None] | None = None
+    if elector is not None:
+        leader_task = asyncio.create_task(elector.run(), name="leader-election")
+    else:
+        # Without leader election this instance always leads, and says so as kube-scheduler's gauge would.
+        metrics.leading_changed(options.config.scheduler_names[0], True)
     loop_task = asyncio.create_task(scheduler.loop.run(), name="scheduling-loop")
     debug = _Debug(scheduler) if options.debug_endpoints else None
     runner, port = await serve(build_app(metrics, _Health(scheduler, loop_task), debug), options.metrics_bind_address)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from usher.adapters.dispatching import NO_OP, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
+from usher.adapters.dispatching import NO_OP, NOT_LEADING, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import condition_patch
 
@@ -257,3 +257,32 @@ async def test_call_waits_for_the_result_and_still_tells_on_done() -> None:
     result = await dispatcher.call(binding_call(results))
     await settle(dispatcher)
     assert result.status == 201 and results == [result]
+
+
+async def test_a_halted_dispatcher_sends_nothing_more_not_even_queued_bindings() -> None:
+    api, results = RecordingApi(), []
+    dispatcher = await run(api, workers=2)
+    dispatcher.halt()  # leadership lost: synchronous, before any worker runs again
+    dispatcher.add(binding_call(results))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await dispatcher.stop()
+    assert api.calls == []
+    assert results == []
+
+
+async def test_a_leader_only_call_is_not_sent_once_this_instance_no_longer_leads() -> None:
+    api, results, events = RecordingApi(), [], []
+    leads = True
+    dispatcher = await run(api, leads=lambda: leads)
+    leads = False  # the renew deadline passed; the elector has not run yet
+    dispatcher.add(
+        ApiCall.fixed(
+            "pod_binding", "ns/p", Request("POST", "/pods/p/binding", {}), on_done=results.append, leader_only=True
+        )
+    )
+    dispatcher.add(ApiCall.fixed("event", None, Request("POST", "/events", {}), on_done=events.append))
+    await settle(dispatcher)
+    assert [c[1] for c in api.calls] == ["/events"], "only the leader-only call was held back"
+    assert results == [NOT_LEADING]
+    assert events[0].ok

@@ -2,6 +2,17 @@
 {{- printf "%s" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- /* The metrics Service; a ServiceMonitor names its job after it (Prometheus Operator's default). */ -}}
+{{- define "usher.metricsService" -}}
+{{- printf "%s-metrics" (include "usher.fullname" .) -}}
+{{- end -}}
+
+{{- /* Keeps only the series of the replica that schedules: followers report queues too, and
+       kube-scheduler exports the same names under its own job. */ -}}
+{{- define "usher.onlyLeader" -}}
+{{- printf "and on (job, instance) (leader_election_master_status{job=%q} == 1)" (include "usher.metricsService" .) -}}
+{{- end -}}
+
 {{- define "usher.labels" -}}
 app.kubernetes.io/name: usher
 app.kubernetes.io/instance: {{ .Release.Name }}

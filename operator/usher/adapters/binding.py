@@ -36,6 +36,6 @@ class DispatcherBinder:
             "POST", binding_path(pod.namespace, pod.name), binding_call_body(pod.namespace, pod.name, pod.uid, node)
         )
         result = await self._dispatcher.call(
-            ApiCall.fixed("pod_binding", pod.key, request, relevance=BINDING_RELEVANCE)
+            ApiCall.fixed("pod_binding", pod.key, request, relevance=BINDING_RELEVANCE, leader_only=True)
         )
         return binding_status(result)

@@ -14,7 +14,10 @@ meets it:
 - ``sync_object`` hands the dispatcher each newer version of an object
   (from the watch), so a waiting call that became a no-op is dropped.
 
-Untracked calls (Events) just run. Worker tasks execute due calls
+Untracked calls (Events) just run. A *leader-only* call (a binding) is
+sent only while ``leads()`` says this instance holds the lease, checked
+right before every attempt; otherwise it finishes unsent (NOT_LEADING).
+Worker tasks execute due calls
 concurrently, never two for the same object at once; a call that arrives for
 an object whose call is running waits for it. Each call is retried with
 exponential backoff on throttling (429, honouring Retry-After), server
@@ -68,6 +71,8 @@ class ApiCall:
     relevance: int = 0
     delay: float = 0.0
     on_done: Callable[[ApiResult], None] | None = field(default=None, repr=False)
+    leader_only: bool = False
+    """Sent only while the dispatcher's ``leads()`` holds, checked right before each attempt."""
 
     @classmethod
     def fixed(
@@ -78,12 +83,16 @@ class ApiCall:
         *,
         relevance: int = 0,
         on_done: Callable[[ApiResult], None] | None = None,
+        leader_only: bool = False,
     ) -> ApiCall:
-        return cls(call_type, object_key, lambda _: request, relevance=relevance, on_done=on_done)
+        return cls(
+            call_type, object_key, lambda _: request, relevance=relevance, on_done=on_done, leader_only=leader_only
+        )
 
 
 SKIPPED = ApiResult(status=0, body={"message": "superseded by a more relevant call"})
 NO_OP = ApiResult(status=204, body={"message": "nothing to change"})
+NOT_LEADING = ApiResult(status=0, body={"message": "not sent: this instance does not hold the lease"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +172,12 @@ class Dispatcher:
         observer: CallObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         timers: Timers | None = None,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``leads``: whether this instance holds the lease now (leader-only calls wait for nothing else)."""
         self._api = api
         self._timers: Timers = timers or LoopTimers()
+        self._leads = leads
         self._ready: asyncio.Queue[_Waiting | str] = asyncio.Queue()
         self._workers_count = workers
         self._workers: list[asyncio.Task[None]] = []
@@ -184,9 +196,13 @@ class Dispatcher:
             asyncio.create_task(self._work(), name=f"dispatcher-worker-{i}") for i in range(self._workers_count)
         ]
 
-    async def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop sending at once (leadership lost): every worker is cancelled now; ``stop`` still awaits them."""
         for task in self._workers:
             task.cancel()
+
+    async def stop(self) -> None:
+        self.halt()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
         for waiting in self._waiting.values():
@@ -349,15 +365,20 @@ class Dispatcher:
         self._busy += 1
         try:
             request = call.build(self._objects.get(key) if key is not None else None)
-            result = NO_OP if request is None else await self._execute(call.call_type, call.object_key, request)
+            result = NO_OP if request is None else await self._execute(call, request)
         finally:
             self._busy -= 1
         self._finish(call, result, pending=True)
 
-    async def _execute(self, call_type: str, key: str | None, request: Request) -> ApiResult:
+    async def _execute(self, call: ApiCall, request: Request) -> ApiResult:
+        call_type, key = call.call_type, call.object_key
         started = self._now()
         result = ApiResult(status=0, body={"message": "not attempted"})
         for attempt in range(1, self._retry.attempts + 1):
+            if call.leader_only and not self._leads():
+                # Fencing: the event loop may run this worker before the elector notices the deadline.
+                logger.warning("%s %s: %s", call_type, key, NOT_LEADING.message)
+                return NOT_LEADING
             retry_after: str | None = None
             try:
                 result = await self._api.request(

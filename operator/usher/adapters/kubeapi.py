@@ -52,7 +52,9 @@ class KubeApi:
         *,
         content_type: str = "application/json",
         accept: str = "application/json",
+        timeout: float | None = None,
     ) -> ApiResult:
+        """``timeout``: seconds for the whole call (the client's default when None); then TimeoutError."""
         headers = {"Accept": accept, "Content-Type": content_type}
         # The body is plain JSON already: it bypasses param_serialize, whose model sanitiser walks
         # every nested value of every object written (measurable on claims with status).
@@ -61,7 +63,12 @@ class KubeApi:
         )
         http_method, url, header_params, _, post_params = serialized
         response = await self._client.call_api(
-            http_method, url, header_params, body, post_params, _request_timeout=self._timeout
+            http_method,
+            url,
+            header_params,
+            body,
+            post_params,
+            _request_timeout=self._timeout if timeout is None else timeout,
         )
         raw = await response.read()
         try:

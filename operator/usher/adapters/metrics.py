@@ -3,9 +3,15 @@
 Each ``Metrics`` owns its own registry, so several schedulers (tests) can
 live in one process. Plugins and the core never touch this module: the core
 reports through small recorder protocols (QueueRecorder, FrameworkRecorder,
-the dispatcher's CallObserver, the watch's DeletionRecorder) that this class implements, and the queue's
+the dispatcher's CallObserver, the watch's DeletionRecorder, the elector's
+LeaderRecorder) that this class implements, and the queue's
 gauges are read from the queue when Prometheus scrapes, costing nothing per
 event.
+
+Like kube-scheduler, usher exports no ``_created`` series: its registry drops
+the samples prometheus_client adds to counters, histograms and summaries
+(scoped to this registry, unlike ``disable_created_metrics()``, which is
+process-wide).
 """
 
 from __future__ import annotations
@@ -80,11 +86,25 @@ class _QueueCollector(Collector):
         yield events
 
 
+_CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
+
+
+class _Registry(CollectorRegistry):
+    """A registry whose exposition has no ``<name>_created`` samples (kube-scheduler exports none)."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            if metric.type in _CREATED_TYPES:
+                created = metric.name + "_created"
+                metric.samples = [s for s in metric.samples if s.name != created]
+            yield metric
+
+
 class Metrics:
     """usher's metrics registry; implements every recorder protocol the core and the run-time pieces use."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry: CollectorRegistry = _Registry(auto_describe=True)
         r = self.registry
         self._queues = _QueueCollector()
         r.register(self._queues)
@@ -195,6 +215,14 @@ class Metrics:
             registry=r,
         )
 
+        self.leader_election_master_status = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates "
+            "master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            ["name"],
+            registry=r,
+        )
+
         # Labelled children by label values: ``labels()`` costs more than the observation itself,
         # and these are recorded on every event and (sampled) plugin call.
         self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
@@ -265,3 +293,8 @@ class Metrics:
 
     def missed_deletion(self, kind: str) -> None:
         self.child(self.missed_deletions, kind).inc()
+
+    # -- the elector's LeaderRecorder ---------------------------------------------
+
+    def leading_changed(self, lease: str, leading: bool) -> None:
+        self.child(self.leader_election_master_status, lease).set(1 if leading else 0)
