@@ -26,9 +26,16 @@ harness does about it (issue 13, item 3):
 - Per-node system pods: the framework's WaitForTotalHealthy (SchedulerPreemption,
   SchedulerPriorities and Multi-AZ call it before every spec) waits up to a
   minute for kube-proxy, fluentd-elasticsearch and node-problem-detector pods
-  running in kube-system on every node. Each node gets those three as bare pods
-  bound to it (what static pods look like), BestEffort so that no resource
-  arithmetic of a spec changes.
+  running in kube-system on every node. Each node gets those three, bound by
+  the harness (DaemonSet pods are bound to their node too), BestEffort so that
+  no resource arithmetic of a spec changes.
+- Graceful termination: kwok deletes a terminating pod at once, where a
+  kubelet first runs its preStop hook, for up to the grace period. The
+  async-preemption spec gives its victims an 80 s grace period and a 79 s
+  preStop sleep so they stay Terminating while it checks them. An extra kwok
+  stage (`GRACEFUL_DELETE_STAGE`, outweighing kwok's own pod-delete) keeps pods
+  with a preStop hook until their deletionTimestamp; others still go at once,
+  as pause containers do under a kubelet.
 - Zones: nodes alternate between two zones (``topology.kubernetes.io/zone``) so
   the Multi-AZ specs run instead of skipping.
 """
@@ -81,6 +88,34 @@ REGION_LABEL = "topology.kubernetes.io/region"
 ZONES = ("zone-a", "zone-b")
 #: The per-node kube-system pods test/e2e/framework/node/wait.go requires (requiredPerNodePods).
 NODE_DAEMONS = ("kube-proxy", "fluentd-elasticsearch", "node-problem-detector")
+
+
+#: See the module docstring. kwok picks among matching stages by weight; its fast
+#: pod-delete stage has none, so this one wins wherever its selector matches.
+GRACEFUL_DELETE_STAGE = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete-after-prestop
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.spec.containers.[].lifecycle.preStop'
+      operator: 'Exists'
+  weight: 1
+  delay:
+    # the delay is the smaller of the two: the time left until deletionTimestamp
+    durationMilliseconds: 3600000
+    jitterDurationFrom:
+      expressionFrom: '.metadata.deletionTimestamp'
+  next:
+    delete: true
+"""
 
 
 def _versions() -> dict[str, str]:
@@ -225,13 +260,17 @@ def _address(plane: ControlPlane, name: str) -> str | None:
     return None
 
 
+#: Nobody schedules the per-node pods: the harness binds them itself.
+HARNESS_SCHEDULER = "conformance-harness"
+
+
 def _daemon_pod(daemon: str, node: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{daemon}-{node}", "namespace": "kube-system", "labels": {"k8s-app": daemon}},
         "spec": {
-            "nodeName": node,  # bound from the start, like a static pod: no scheduler involved
+            "schedulerName": HARNESS_SCHEDULER,
             "priorityClassName": "system-node-critical",
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": daemon, "image": "registry.k8s.io/pause:3.10"}],
@@ -245,10 +284,25 @@ def _running_daemons(plane: ControlPlane) -> int:
 
 
 def add_node_daemons(plane: ControlPlane, specs: Sequence[NodeSpec], timeout: float = 60.0) -> None:
-    """kube-system's per-node pods (`NODE_DAEMONS`) on every node, Running."""
+    """kube-system's per-node pods (`NODE_DAEMONS`) on every node, Running.
+
+    Bound through ``pods/binding`` as a scheduler would, not created with
+    ``spec.nodeName``: the binding also sets ``PodScheduled=True``, and several
+    specs fail on any pod that sits on a node without that condition.
+    """
+    base = "/api/v1/namespaces/kube-system/pods"
     for spec in specs:
         for daemon in NODE_DAEMONS:
-            plane.request("POST", "/api/v1/namespaces/kube-system/pods", _daemon_pod(daemon, spec.name))
+            pod = _daemon_pod(daemon, spec.name)
+            name = pod["metadata"]["name"]
+            plane.request("POST", base, pod)
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": spec.name},
+            }
+            plane.request("POST", f"{base}/{name}/binding", binding)
     want = len(specs) * len(NODE_DAEMONS)
     plane.wait_for(lambda: _running_daemons(plane) >= want, timeout, f"{want} kube-system node pods Running")
 
@@ -267,11 +321,15 @@ def start_cluster(
     t0 = time.monotonic()
     specs = list(nodes) if nodes is not None else node_specs(4)
     gates = f"--feature-gates={FEATURE_GATES}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    stages = workdir / "kwok-graceful-delete.yaml"
+    stages.write_text(GRACEFUL_DELETE_STAGE)
     plane = controlplane.start(
         workdir,
         extra_apiserver_args=[gates, f"--runtime-config={ALPHA_BETA_APIS}"],
         controllers=(*controlplane.DEFAULT_CONTROLLERS, *EXTRA_CONTROLLERS),
         extra_kcm_args=[gates],
+        extra_kwok_args=[f"--config={stages}"],
         scheduler=kube_scheduler,
         # No --config: kube-scheduler's built-in default profile, `default-scheduler`.
         extra_scheduler_args=[gates, f"-v={scheduler_verbosity}"],

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -375,8 +376,20 @@ def skips_for(scheduler: str, extra: str, *, skip_known: bool) -> str:
     return "|".join(parts)
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (CI timeouts, ``kill``) unwinds like Ctrl-C, so usher and the control plane are stopped."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    # A background job of a non-interactive shell starts with SIGINT ignored; take it back.
+    signal.signal(signal.SIGINT, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    _stop_on_sigterm()
     root = Path(os.environ.get("USHER_ARTIFACTS") or "/tmp/usher-artifacts")
     artifacts: Path = args.artifacts or root / f"conformance-{time.strftime('%Y%m%d-%H%M%S')}"
     artifacts.mkdir(parents=True, exist_ok=True)
