@@ -16,9 +16,40 @@ label list (``[sig-scheduling] <container> <spec>``).
 
 from __future__ import annotations
 
-NO_PREEMPTION = "no preemption yet (PostFilter: DefaultPreemption)"
+NO_PREEMPTION = "no preemption yet"
+NO_GANG = "no gang scheduling yet (PodGroup minCount)"
+NO_GANG_PREEMPTION = "no preemption yet, nor gang scheduling (PodGroup-aware preemption)"
 
-EXPECTED_FAILURES: dict[str, str] = {}
+EXPECTED_FAILURES: dict[str, str] = {
+    "[sig-scheduling] SchedulerPreemption validates basic preemption works [Conformance] [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] SchedulerPreemption validates lower priority pod preemption by critical pod "
+    "[Conformance] [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] SchedulerPreemption validates pod disruption condition is added to the preempted pod "
+    "[Conformance] [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] SchedulerPreemption PreemptionExecutionPath runs ReplicaSets to verify preemption running path "
+    "[Conformance] [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] SchedulerPreemption PodTopologySpread Preemption validates proper pods are preempted [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] SchedulerPreemption validates various priority Pods preempt expectedly with the async "
+    "preemption [Feature:SchedulerAsyncPreemption] [FeatureGate:SchedulerAsyncPreemption] [Beta] [Serial]":
+        NO_PREEMPTION,
+    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
+    "entire group with All disruption mode by a pod group [Beta] [Feature:OffByDefault]":
+        NO_GANG_PREEMPTION,
+    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
+    "partial group with Single disruption mode by a pod group [Beta] [Feature:OffByDefault]":
+        NO_GANG_PREEMPTION,
+    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
+    "partial group with Single disruption mode by an individual pod [Beta] [Feature:OffByDefault]":
+        NO_GANG_PREEMPTION,
+    "[sig-scheduling] GangScheduling [FeatureGate:GenericWorkload] should schedule pods only when quorum is reached "
+    "[Beta] [Feature:OffByDefault]":
+        NO_GANG,
+}  # fmt: skip
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = len(EXPECTED_FAILURES)
+MAX_ENTRIES = 10
