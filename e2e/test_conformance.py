@@ -23,7 +23,7 @@ import pytest
 
 from e2e.conformance import run as conformance
 from e2e.conformance.cluster import allocatable_patch
-from e2e.conformance.expected_failures import EXPECTED_FAILURES, MAX_ENTRIES
+from e2e.conformance.expected_failures import EXPECTED_FAILURES, MAX_ENTRIES, PASSES_BY_CHANCE
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,7 @@ def test_expected_failures_only_shrink() -> None:
     for spec, reason in EXPECTED_FAILURES.items():
         assert spec.startswith("[sig-scheduling] "), spec
         assert reason.strip(), f"{spec}: give the missing feature in plain words"
+    assert PASSES_BY_CHANCE.issubset(EXPECTED_FAILURES), "PASSES_BY_CHANCE names specs off the list"
     overlap = set(EXPECTED_FAILURES) & set(conformance.HARNESS_CANNOT_PASS)
     assert not overlap, f"a spec is either a harness limit or an usher gap, not both: {overlap}"
 

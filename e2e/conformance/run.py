@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.conformance.cluster import REPO, Cluster, binary_path, node_specs, start_cluster
-from e2e.conformance.expected_failures import EXPECTED_FAILURES
+from e2e.conformance.expected_failures import EXPECTED_FAILURES, PASSES_BY_CHANCE
 from e2e.usher_process import UsherProcess
 
 SCHEDULERS = ("kube-scheduler", "usher")
@@ -282,7 +282,7 @@ def problems(runs: Mapping[str, SchedulerRun]) -> list[str]:
                 if baseline is not None and baseline.status != "passed":
                     continue  # kube-scheduler does not pass it here either
                 found.append(f"usher fails {spec!r}: {first_line(result.message)}")
-            elif result.status == "passed" and spec in EXPECTED_FAILURES:
+            elif result.status == "passed" and spec in EXPECTED_FAILURES and spec not in PASSES_BY_CHANCE:
                 found.append(f"usher passes {spec!r}: remove it from e2e/conformance/expected_failures.py")
     return found
 
