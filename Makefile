@@ -19,6 +19,7 @@ help:
 	@echo "make unit    fast tests of the pure core (no cluster)"
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make controlplane   a local control plane until Ctrl-C (prints KUBECONFIG)"
+	@echo "make conformance    Kubernetes' sig-scheduling e2e specs, kube-scheduler vs usher (README: Conformance)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -78,3 +79,12 @@ bench: venv binaries
 
 bench-smoke: venv binaries
 	$(BIN)/pytest bench/test_smoke.py $(PYTEST_ARGS)
+
+# Kubernetes' own sig-scheduling e2e specs against kube-scheduler and usher, side by side
+# (README "Conformance"); CONFORMANCE_ARGS="--scheduler usher" for usher alone.
+.PHONY: conformance
+CONFORMANCE_ARGS ?= --scheduler both
+
+conformance: venv binaries
+	bash e2e/build-binaries.sh e2e-test
+	$(BIN)/python -m e2e.conformance.run $(CONFORMANCE_ARGS)
