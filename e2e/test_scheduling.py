@@ -172,3 +172,48 @@ def test_a_crash_in_the_middle_of_a_burst_binds_every_pod_exactly_once(
     # The second life tried each pod it saw unbound at most once and never failed a binding.
     assert second.metric("scheduler_schedule_attempts_total", result="error") == 0
     assert second.terminate() == 0
+
+
+def test_a_pod_recreated_under_the_name_of_one_just_deleted_is_scheduled(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    """The DELETED of the old pod and the ADDED of the new one arrive back to back, in either order.
+
+    kopf orders events per UID, not per name, so the new pod's ADDED may be handled
+    before the old pod's DELETED; usher must not let the old pod's delete drop the new one.
+    The old pods are never bound (kwok would act on them): half belong to another
+    scheduler, half are ours but held by a scheduling gate, so they sit in usher's queue.
+    """
+    node = kwok_nodes("n", cpu="32", memory="64Gi", pods=110)
+    scheduler = usher()
+    names = [f"same-{i:02d}" for i in range(30)]
+    for i, name in enumerate(names):
+        old = pod_manifest(name, scheduler.scheduler_name if i % 2 else "nobody")
+        if i % 2:
+            old["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+        core_api.create_namespaced_pod(namespace, old)
+    wait_for(
+        lambda: scheduler.metric("scheduler_pending_pods", queue="gated") == len(names) // 2,
+        30,
+        "the gated pods queued",
+    )
+    new_uids: dict[str, str] = {}
+    for name in names:
+        core_api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        created = core_api.create_namespaced_pod(namespace, pod_manifest(name, scheduler.scheduler_name))
+        new_uids[name] = created.metadata.uid
+
+    def every_new_pod_bound() -> bool:
+        pods = {p["metadata"]["name"]: p for p in pods_in(core_api, namespace)}
+        return all(
+            name in pods and pods[name]["metadata"]["uid"] == uid and pods[name]["spec"].get("nodeName") == node
+            for name, uid in new_uids.items()
+        )
+
+    wait_for(every_new_pod_bound, 60, "every recreated pod bound")
+    assert scheduler.metric("scheduler_schedule_attempts_total", result="scheduled") == len(names)
+    assert scheduler.metric("scheduler_pending_pods", queue="gated") == 0
+    assert scheduler.terminate() == 0

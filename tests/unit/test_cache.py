@@ -55,7 +55,7 @@ def test_assumed_pods_count_until_forgotten(cache: Cache) -> None:
     cache.assume(p, NodeName("n1"))
     assert cache.is_assumed(p.key)
     assert cache.node("n1").requested["cpu"] == 1000  # type: ignore[union-attr]
-    cache.forget(p.key)
+    cache.forget(p)
     assert cache.node("n1").requested["cpu"] == 0  # type: ignore[union-attr]
 
 
@@ -64,8 +64,20 @@ def test_the_watch_confirms_an_assumed_pod(cache: Cache) -> None:
     cache.assume(p, NodeName("n1"))
     cache.add_or_update_pod(pod(name="a", node="n1"))
     assert not cache.is_assumed(p.key)
-    cache.forget(p.key)  # a late failure report must not uncount a confirmed pod
+    cache.forget(p)  # a late failure report must not uncount a confirmed pod
     assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
+
+
+def test_a_failed_binding_of_an_earlier_pod_does_not_uncount_its_successor(cache: Cache) -> None:
+    earlier = pod(name="a")
+    cache.assume(earlier, NodeName("n1"))
+    cache.remove_pod(earlier.key)  # deleted while its binding was in flight
+    later = pod(name="a")  # recreated under the same name, and placed
+    assert later.uid != earlier.uid
+    cache.assume(later, NodeName("n2"))
+    cache.forget(earlier)  # the earlier pod's binding answers 409 only now
+    assert cache.is_assumed(later.key)
+    assert cache.node("n2").requested["pods"] == 1  # type: ignore[union-attr]
 
 
 def test_assuming_a_pod_twice_is_refused(cache: Cache) -> None:
@@ -81,7 +93,7 @@ def test_an_assumed_pod_has_no_expiry_only_the_watch_or_a_failed_binding_uncount
         cache.assume(p, NodeName("n1"))
     cache.add_or_update_pod(pod(name="a", node="n1"))
     cache.remove_pod(deleted.key)
-    cache.forget(failed.key)
+    cache.forget(failed)
     assert [cache.is_assumed(p.key) for p in (bound, deleted, failed)] == [False, False, False]
     assert cache.node("n1").requested["pods"] == 1  # type: ignore[union-attr]
 
@@ -130,12 +142,13 @@ def test_the_node_list_knows_which_nodes_hold_pods_with_affinity_terms(cache: Ca
     assert names() == ([], [])
     cache.add_or_update_pod(pod(name="plain", node="n1"))
     cache.add_or_update_pod(_with_terms("near", "n2", anti=False))
-    cache.assume(_with_terms("apart", NodeName("n3"), anti=True), NodeName("n3"))
+    apart = _with_terms("apart", NodeName("n3"), anti=True)
+    cache.assume(apart, NodeName("n3"))
     assert names() == (["n2", "n3"], ["n3"])
     # The same pod moved (an update naming another node) leaves its old node's entry.
     cache.add_or_update_pod(_with_terms("near", "n1", anti=False))
     assert names() == (["n1", "n3"], ["n3"])
-    cache.forget(PodInfo.from_api(make_pod().name("apart").obj()).key)
+    cache.forget(apart)
     cache.remove_pod(PodInfo.from_api(make_pod().name("near").obj()).key)
     assert names() == ([], [])
     # The mappings are live: a list taken earlier sees later pods, and a removed node drops out.

@@ -10,7 +10,7 @@ from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.handling import EventHandlers
 from usher.core.queue import Where
-from usher.core.types import PodKey, pod_key
+from usher.core.types import NodeName, PodKey, pod_key
 
 
 @pytest.fixture
@@ -44,9 +44,55 @@ def test_a_pod_bound_leaves_the_queue_and_is_counted(handlers: EventHandlers) ->
 
 
 def test_a_deleted_pod_leaves_everything(handlers: EventHandlers) -> None:
-    handlers.on_pod("ADDED", make_pod().name("a").obj())
-    assert handlers.on_pod("DELETED", make_pod().name("a").obj()) == "UnscheduledPodDelete"
+    pod = make_pod().name("a")
+    handlers.on_pod("ADDED", pod.obj())
+    assert handlers.on_pod("DELETED", pod.version().obj()) == "UnscheduledPodDelete"
     assert len(handlers.queue) == 0
+
+
+def test_a_recreated_pods_add_before_its_predecessors_delete_replaces_it(handlers: EventHandlers) -> None:
+    """kopf orders events per UID, not per name: the successor's ADDED may come first."""
+    handlers.on_node("ADDED", make_node().name("n").obj())
+    earlier = make_pod().name("a").node("n").req(cpu="1").version("10")
+    handlers.on_pod("ADDED", earlier.obj())
+    later = make_pod().name("a").req(cpu="1").version("20")
+    assert handlers.on_pod("ADDED", later.obj()) == "PodAdd"
+    assert handlers.cache.node("n").requested["cpu"] == 0  # type: ignore[union-attr]
+    queued = handlers.queue.get(pod_key("default", "a"))
+    assert queued is not None and queued.pod.uid == later.obj()["metadata"]["uid"]
+    # The earlier pod's own events, delivered late, change nothing.
+    assert handlers.is_stale(earlier.version("15").obj())
+    assert handlers.on_pod("DELETED", earlier.obj()) == ""
+    assert handlers.on_pod("MODIFIED", earlier.obj()) == ""
+    assert handlers.queue.get(pod_key("default", "a")) is queued
+    assert handlers.cache.node("n").requested["cpu"] == 0  # type: ignore[union-attr]
+
+
+def test_a_recreated_pod_replaces_its_assumed_predecessor(handlers: EventHandlers) -> None:
+    handlers.on_node("ADDED", make_node().name("n").obj())
+    earlier = make_pod().name("a").req(cpu="1").version("10")
+    handlers.on_pod("ADDED", earlier.obj())
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.cache.assume(queued.pod, NodeName("n"))  # its binding is in flight
+    later = make_pod().name("a").req(cpu="1").version("20")
+    handlers.on_pod("ADDED", later.obj())
+    assert handlers.cache.node("n").requested["cpu"] == 0  # type: ignore[union-attr]
+    assert not handlers.cache.is_assumed(queued.key)
+    handlers.queue.done(queued)  # the earlier binding's 409 arrives: the successor stays queued
+    successor = handlers.queue.get(queued.key)
+    assert successor is not None and successor.pod.uid == later.obj()["metadata"]["uid"]
+    assert handlers.queue.pending()["active"] == 1
+
+
+def test_without_numeric_resource_versions_the_later_event_wins(handlers: EventHandlers) -> None:
+    earlier = make_pod().name("a").version("x")
+    handlers.on_pod("ADDED", earlier.obj())
+    later = make_pod().name("a").version("y")
+    assert not handlers.is_stale(later.obj())
+    handlers.on_pod("ADDED", later.obj())
+    queued = handlers.queue.get(pod_key("default", "a"))
+    assert queued is not None and queued.pod.uid == later.obj()["metadata"]["uid"]
 
 
 def test_a_terminal_pod_frees_its_node_and_raises_assigned_pod_delete(handlers: EventHandlers) -> None:
@@ -105,7 +151,7 @@ def test_a_late_unbound_update_of_an_assumed_pod_does_not_queue_it_again(handler
     queued = handlers.queue.pop()
     assert queued is not None
     handlers.cache.assume(queued.pod, queued.pod.node_name or "n")  # type: ignore[arg-type]
-    handlers.queue.done(queued.key)
+    handlers.queue.done(queued)
     # kube-controller-manager (or our own status patch) updates the pod before the watch shows the binding.
     assert handlers.on_pod("MODIFIED", pod.version().obj()) == ""
     assert len(handlers.queue) == 0, "never queued twice while its binding is on the way"
@@ -174,7 +220,7 @@ def test_an_assumed_pod_counts_on_its_node_however_late_the_watch_is(watch_event
     queued = handlers.queue.pop()
     assert queued is not None
     handlers.cache.assume(queued.pod, "n")  # type: ignore[arg-type]
-    handlers.queue.done(queued.key)  # the binding call returned
+    handlers.queue.done(queued)  # the binding call returned
 
     clock.advance(3600)  # the watch lags an hour behind; the loop keeps flushing meanwhile
     handlers.queue.flush()

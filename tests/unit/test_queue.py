@@ -505,7 +505,7 @@ def test_events_before_the_pop_are_not_replayed(clock: FakeClock) -> None:
     first = popped(queue)
     queue.move_all(NODE_ADD)  # while a is in flight, before b is popped
     second = popped(queue)
-    queue.done(first.key)
+    queue.done(first)
     queue.add_unschedulable(second, unschedulable_plugins=["Fit"])
     assert where(queue, "b") is Where.UNSCHEDULABLE
     assert queue.in_flight_event_counts() == {}
@@ -518,6 +518,25 @@ def test_a_pod_deleted_in_flight_is_not_requeued(clock: FakeClock) -> None:
     queue.delete(queued.key)
     queue.add_unschedulable(queued)
     assert len(queue) == 0
+
+
+def test_the_end_of_an_earlier_pods_attempt_leaves_its_successor_in_flight(clock: FakeClock) -> None:
+    """Deleted in flight, recreated under the same name and popped: the earlier outcome touches nothing."""
+    fit = Rejector("Fit")
+    queue = scheduling_queue(clock, framework_with(fit))
+    queue.add(pod("a"))
+    earlier = popped(queue)
+    queue.delete(earlier.key)
+    successor = PodInfo.from_api(make_pod().name("a").uid("uid-a2").obj())
+    queue.add(successor)
+    later = popped(queue)
+    assert later is not earlier and later.pod.uid == "uid-a2"
+    queue.done(earlier)  # the earlier binding's 409
+    queue.add_unschedulable(earlier, unschedulable_plugins=["Fit"])
+    assert queue.get(later.key) is later and later.where is Where.IN_FLIGHT
+    queue.move_all(NODE_ADD)  # recorded for the successor's attempt
+    queue.add_unschedulable(later, unschedulable_plugins=["Fit"])
+    assert where(queue, "a") is not Where.UNSCHEDULABLE  # the event during its attempt was replayed
 
 
 def test_an_update_in_flight_is_kept_for_the_next_attempt(clock: FakeClock) -> None:

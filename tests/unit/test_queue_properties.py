@@ -161,7 +161,7 @@ class QueueMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(self.in_flight)))
         queued = self.in_flight.pop(name)
         if outcome == "bound":
-            self.queue.done(queued.key)
+            self.queue.done(queued)
             self.alive.pop(name, None)
             return
         plugins = ["Fit"] if outcome == "rejected" else []

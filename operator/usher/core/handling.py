@@ -9,6 +9,14 @@ Every pod goes to the cache or the queue, never both:
   detected change (heartbeats raise none);
 - everything else is ignored.
 
+Pods are keyed by namespace/name, but kopf serializes events per object
+(UID), not per name: when a pod is deleted and another is created with the
+same name, the new pod's ADDED may arrive before the old pod's last events.
+Each key remembers the UID and resourceVersion it reflects; an event of
+another UID with an older resourceVersion is stale and ignored, one with a
+newer (or incomparable) resourceVersion ends the old pod first (uncounted,
+out of the queue) and then starts the new one.
+
 A pod the API server served but usher cannot parse (a request quantity it
 does not understand) is recorded in ``malformed`` for the runtime to report
 on that pod; nothing here raises on bad input.
@@ -45,6 +53,30 @@ DELETED = "DELETED"
 
 
 @dataclass(frozen=True, slots=True)
+class Incarnation:
+    """Which pod of a name an event describes: its UID and resourceVersion."""
+
+    uid: str
+    version: str
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any]) -> Incarnation:
+        return cls(str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+
+    def superseded_by(self, other: Incarnation) -> bool | None:
+        """None: the same pod. True: ``other`` is a later pod of the name. False: an earlier one.
+
+        resourceVersions are etcd revisions in every API server usher runs against; when
+        either one is not a number the later event wins, as a single ordered watch would have it.
+        """
+        if not self.uid or not other.uid or self.uid == other.uid:
+            return None
+        if self.version.isdigit() and other.version.isdigit():
+            return int(other.version) > int(self.version)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
 class Malformed:
     """A pod of ours the API server served but usher cannot parse, and why: for the runtime to report."""
 
@@ -61,20 +93,35 @@ class EventHandlers:
     scheduler_names: Collection[str]
     dra: DraState = field(default_factory=DraState)
     malformed: list[Malformed] = field(default_factory=list)
-    _seen_versions: dict[PodKey, str] = field(default_factory=dict)
+    _reflected: dict[PodKey, Incarnation] = field(default_factory=dict)
+
+    def is_stale(self, raw: Mapping[str, Any]) -> bool:
+        """Whether this pod event belongs to an earlier pod of the same name than the one reflected."""
+        meta = raw.get("metadata") or {}
+        key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        known = self._reflected.get(key)
+        return known is not None and known.superseded_by(Incarnation.of(meta)) is False
 
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         """Apply one pod watch event; returns the event label (for event_handling_duration_seconds)."""
         meta = raw.get("metadata") or {}
         key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        incoming = Incarnation.of(meta)
+        known = self._reflected.get(key)
+        replaced = known.superseded_by(incoming) if known is not None else None
+        if replaced is False:
+            return ""  # an earlier pod of this name, after its successor's events
+        if replaced:
+            # The pod we reflect was deleted and its successor's event came first: end the old one now.
+            self.dra.index.update_pod(key, key.split("/", 1)[0], None)
+            self._pod_gone(key)
         if event_type == DELETED:
-            self._seen_versions.pop(key, None)
+            self._reflected.pop(key, None)
             self.dra.index.update_pod(key, key.split("/", 1)[0], None)
             return self._pod_gone(key)
-        version = str(meta.get("resourceVersion") or "")
-        if version and self._seen_versions.get(key) == version:
+        if incoming.version and known is not None and replaced is None and known.version == incoming.version:
             return ""  # a re-delivery of what we already reflect
-        self._seen_versions[key] = version
+        self._reflected[key] = incoming
         try:
             pod = PodInfo.from_api(raw)
         except ValueError as exc:

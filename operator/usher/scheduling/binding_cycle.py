@@ -72,21 +72,21 @@ class BindingCycle:
                     (f"rejected due to timeout after waiting {assumed.permit.timeout:g}s at permit",),
                 )
             finally:
-                self._waiting_pods.release(pod.key)
+                self._waiting_pods.release(pod.key, assumed.permit.future)
         if status.ok:
             status = await framework.run_pre_bind(state, pod, node)
         if status.ok:
             status = await framework.run_bind(state, pod, node)
         if status.ok:
-            self._queue.done(pod.key)
+            self._queue.done(assumed.queued)
             framework.run_post_bind(state, pod, node)
             self._scheduled(assumed)
         else:
             framework.run_unreserve(state, pod, node)
-            self._cache.forget(pod.key)
+            self._cache.forget(pod)
             if status.cause in NOT_RETRIED:
                 logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
-                self._queue.done(pod.key)
+                self._queue.done(assumed.queued)
             else:
                 logger.warning("binding pod %s to %s failed: %s", pod.key, node, status.message)
                 self._failures.rejected(assumed.queued, framework.scheduler_name, assumed.started, status)

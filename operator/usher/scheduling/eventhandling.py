@@ -49,6 +49,9 @@ class ClusterEvents:
         self._timer = timer
 
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        if self._handlers.is_stale(raw):
+            # An earlier pod of this name: its successor owns the key, its reports and its last object.
+            return
         started = self._timer()
         label = self._handlers.on_pod(event_type, raw)
         meta = raw.get("metadata") or {}

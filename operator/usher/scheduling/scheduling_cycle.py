@@ -86,7 +86,7 @@ class SchedulingCycle:
         pod = queued.pod
         framework = self._frameworks.get(pod.scheduler_name)
         if framework is None:  # its profile vanished (cannot happen while the config is fixed)
-            self._queue.done(pod.key)
+            self._queue.done(queued)
             return None
         profile = framework.scheduler_name
         state = CycleState()
@@ -119,7 +119,7 @@ class SchedulingCycle:
             status = permit.status
         if not status.ok and status.code is not Code.WAIT:
             framework.run_unreserve(state, pod, node)
-            self._cache.forget(pod.key)
+            self._cache.forget(pod)
             self._failures.rejected(queued, profile, started, status)
             return None
         wait = None
@@ -129,5 +129,5 @@ class SchedulingCycle:
 
     def abandon(self, queued: QueuedPod) -> None:
         """``run`` raised (a bug): drop any assumption and retry the pod after its backoff."""
-        self._cache.forget(queued.key)
+        self._cache.forget(queued.pod)
         self._queue.add_unschedulable(queued)

@@ -26,8 +26,11 @@ class WaitingPods:
         self._pods[key] = (future, set(plugins))
         return future
 
-    def release(self, key: PodKey) -> None:
-        self._pods.pop(key, None)
+    def release(self, key: PodKey, future: asyncio.Future[Status]) -> None:
+        """The wait behind ``future`` ended; a later pod of the same name waiting under the key stays."""
+        held = self._pods.get(key)
+        if held is not None and held[0] is future:
+            del self._pods[key]
 
     def allow(self, key: PodKey, plugin: str) -> None:
         held = self._pods.get(key)

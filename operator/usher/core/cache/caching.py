@@ -156,9 +156,12 @@ class Cache:
         self._place(pod, node)
         self._assumed.add(pod.key)
 
-    def forget(self, key: PodKey) -> None:
-        if key in self._assumed:
-            self.remove_pod(key)
+    def forget(self, pod: PodInfo) -> None:
+        """Uncount an assumed pod whose binding failed; a confirmed pod, or a later pod of the same name, stays."""
+        if pod.key in self._assumed:
+            counted = self.pod(pod.key)
+            if counted is None or counted.uid == pod.uid:
+                self.remove_pod(pod.key)
 
     def is_assumed(self, key: PodKey) -> bool:
         return key in self._assumed

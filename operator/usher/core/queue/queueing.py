@@ -252,6 +252,8 @@ class SchedulingQueue:
         queued = self._pods.pop(key, None)
         if queued is None:
             return None
+        if queued.where is Where.IN_FLIGHT:
+            self._in_flight.done(key)  # its binding cycle's outcome will find it gone
         self._leave(queued)
         return queued
 
@@ -289,12 +291,17 @@ class SchedulingQueue:
         queued.popped_cycle = self._cycle
         return queued
 
-    def done(self, key: PodKey) -> None:
-        """The pod's attempt is over and it was placed: it leaves the queue for good."""
-        self._in_flight.done(key)
-        queued = self._pods.get(key)
-        if queued is not None and queued.where is Where.IN_FLIGHT:
-            del self._pods[key]
+    def done(self, queued: QueuedPod) -> None:
+        """The pod's attempt is over and it was placed: it leaves the queue for good.
+
+        A pod deleted while in flight has left already; a later pod of the same name
+        that took its key is not touched.
+        """
+        if self._pods.get(queued.key) is not queued:
+            return
+        self._in_flight.done(queued.key)
+        if queued.where is Where.IN_FLIGHT:
+            del self._pods[queued.key]
 
     def add_unschedulable(
         self,
@@ -304,11 +311,11 @@ class SchedulingQueue:
         pending_plugins: Iterable[str] = (),
     ) -> None:
         """An attempt failed. No rejecting plugin means an error: back off and retry regardless."""
+        if self._pods.get(queued.key) is not queued or queued.where is not Where.IN_FLIGHT:
+            return  # deleted or replaced while in flight (delete ended its in-flight record)
         replay = self._in_flight.events_since_popped(queued.key) if self._options.queueing_hints else []
         popped_cycle = queued.popped_cycle
         self._in_flight.done(queued.key)
-        if self._pods.get(queued.key) is not queued or queued.where is not Where.IN_FLIGHT:
-            return  # deleted or replaced while in flight
         queued.unschedulable_plugins = set(unschedulable_plugins)
         queued.pending_plugins = set(pending_plugins)
         if queued.rejectors:
