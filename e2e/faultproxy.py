@@ -52,6 +52,20 @@ class Stall:
     stalled: int = 0
 
 
+@dataclass
+class EveryNth:
+    """Answer every ``every``-th request of any kind, watches included, with the next status of ``statuses``.
+
+    Deterministic (a count, not a coin): ``every=10`` fails exactly one request in ten.
+    """
+
+    every: int
+    statuses: tuple[int, ...] = (503, 429)
+    retry_after: str | None = "1"
+    matched: int = 0
+    injected: Counter[int] = field(default_factory=Counter)
+
+
 @dataclass(frozen=True)
 class Exchange:
     """One request as the proxy saw it, in ``time.monotonic()`` seconds of the test process.
@@ -75,6 +89,7 @@ class FaultProxy:
     port: int = 0
     stalls: list[Stall] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
+    chaos: EveryNth | None = None
 
     def stall(self, method: str, path: str) -> Stall:
         """Start holding matching requests (safe to call from the test's thread)."""
@@ -107,19 +122,19 @@ class FaultProxy:
                 stall.stalled += 1
                 self.seen[(request.method, request.path, 0)] += 1
                 await asyncio.get_running_loop().create_future()  # until the client hangs up (cancelled)
+        chaos = self.chaos
+        if chaos is not None:
+            chaos.matched += 1
+            if chaos.matched % chaos.every == 0:
+                status = chaos.statuses[sum(chaos.injected.values()) % len(chaos.statuses)]
+                chaos.injected[status] += 1
+                self.seen[(request.method, request.path, status)] += 1
+                return _injected(status, chaos.retry_after, f"every {chaos.every}th request")
         for fault in self.faults:
             if fault.method == request.method and re.search(fault.path, request.path) and fault.injected < fault.times:
                 fault.injected += 1
                 self.seen[(request.method, request.path, fault.status)] += 1
-                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                body = {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "code": fault.status,
-                    "message": f"injected by the e2e fault proxy ({fault.injected}/{fault.times})",
-                }
-                return web.json_response(body, status=fault.status, headers=headers)
+                return _injected(fault.status, fault.retry_after, f"{fault.injected}/{fault.times}")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         data = await request.read()
         upstream = await session.request(
@@ -143,9 +158,22 @@ class FaultProxy:
         return response
 
 
+def _injected(status: int, retry_after: str | None, which: str) -> web.Response:
+    """A real-looking API ``Status`` failure the API server never saw."""
+    headers = {"Retry-After": retry_after} if retry_after else {}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": status,
+        "message": f"injected by the e2e fault proxy ({which})",
+    }
+    return web.json_response(body, status=status, headers=headers)
+
+
 @contextmanager
-def running(control_plane: Cluster, faults: list[Fault]) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(control_plane, faults, port=free_ports(1)[0])
+def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | None = None) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(control_plane, faults, port=free_ports(1)[0], chaos=chaos)
     context = control_plane.admin.ssl_context()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
@@ -193,4 +221,4 @@ def running(control_plane: Cluster, faults: list[Fault]) -> Iterator[FaultProxy]
         loop.close()
 
 
-__all__ = ["Exchange", "Fault", "FaultProxy", "Stall", "running"]
+__all__ = ["EveryNth", "Exchange", "Fault", "FaultProxy", "Stall", "running"]

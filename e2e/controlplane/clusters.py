@@ -120,7 +120,7 @@ class RestartableControlPlane(Cluster, Protocol):
         """The running component called ``name`` (etcd, kube-apiserver, kube-controller-manager, kwok, ...)."""
         ...
 
-    def restart(self, name: str, *, grace: float = 10.0, timeout: float = 120.0) -> Component:
-        """Stop the component (SIGTERM, SIGKILL after ``grace``) and start it again with the same flags and
-        state; return the new one once it is ready again."""
+    def restart(self, name: str, *, grace: float = 10.0, timeout: float = 120.0, kill: bool = False) -> Component:
+        """Stop the component (SIGTERM, SIGKILL after ``grace``; ``kill``: SIGKILL at once, as a crash) and
+        start it again with the same flags and state; return the new one once it is ready again."""
         ...

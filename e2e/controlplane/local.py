@@ -34,7 +34,7 @@ from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.clusters import RestartableControlPlane
 from e2e.controlplane.errors import ComponentError, ControlPlaneError, WaitTimeoutError
 from e2e.controlplane.pki import Pki
-from e2e.controlplane.processes import Component, free_ports, http_get, insecure_context, spawn, terminate
+from e2e.controlplane.processes import Component, crash, free_ports, http_get, insecure_context, spawn, terminate
 from e2e.controlplane.waiting import wait_for
 from e2e.controlplane.wiring import DEFAULT_CONTROLLERS, Ports
 
@@ -153,12 +153,15 @@ class ControlPlane:
                 return component
         raise KeyError(name)
 
-    def restart(self, name: str, *, grace: float = 10.0, timeout: float = 120.0) -> Component:
-        """Stop the component (SIGTERM, SIGKILL after ``grace``) and start it again with the same flags and
-        state (etcd keeps its data directory); return the new one once it is ready again. Its log goes on
-        in the same file."""
+    def restart(self, name: str, *, grace: float = 10.0, timeout: float = 120.0, kill: bool = False) -> Component:
+        """Stop the component (SIGTERM, SIGKILL after ``grace``; ``kill``: SIGKILL at once, as a crash) and
+        start it again with the same flags and state (etcd keeps its data directory); return the new one
+        once it is ready again. Its log goes on in the same file."""
         old = self.component(name)
-        terminate([old], grace)
+        if kill:
+            crash(old)
+        else:
+            terminate([old], grace)
         new = spawn(name, old.argv, self.logs_dir, self.workdir)
         with self._lock:
             self.components = [new if c is old else c for c in self.components]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from e2e.controlplane.errors import ComponentError
 
-__all__ = ["Component", "free_ports", "http_get", "insecure_context", "log_tail", "spawn", "terminate"]
+__all__ = ["Component", "crash", "free_ports", "http_get", "insecure_context", "log_tail", "spawn", "terminate"]
 
 _PORT_LOCK = threading.Lock()
 _PORTS_HANDED_OUT: set[int] = set()
@@ -151,6 +151,13 @@ def spawn(name: str, argv: list[str], logs_dir: Path, cwd: Path) -> Component:
             start_new_session=True,
         )
     return Component(name=name, argv=argv, process=process, log_path=log_path)
+
+
+def crash(component: Component) -> None:
+    """SIGKILL the component's process group at once: no shutdown handler runs, as in a crash."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(component.process.pid, signal.SIGKILL)
+    component.process.wait()
 
 
 def terminate(components: Sequence[Component], grace: float) -> None:

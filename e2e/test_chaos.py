@@ -1,0 +1,199 @@
+"""Chaos: usher and the control plane under real faults, judged by what the API server holds afterwards.
+
+Each test starts a burst of pods (plain and with DRA claims), breaks
+something real in the middle of it, and then reads the cluster back:
+
+- every pod is bound, and usher reported at most one Scheduled Event per pod
+  (it writes one only after a binding the API server accepted);
+- no node holds more than its allocatable;
+- no device is allocated to two claims; every claim is allocated and reserved
+  for exactly its pod, and that pod is bound to the node the allocation names;
+- usher is still the same process and healthy (except where usher itself is
+  the thing killed: then its successor is).
+
+Nothing here waits on a timing: each wait is for a condition read from the
+API server. The leader-election fault (a leader's Lease calls stalled) is
+``test_leader_fencing.py``; a plain-pod crash of usher mid-burst is
+``test_scheduling.py``'s ``test_a_crash_in_the_middle_of_a_burst_binds_every_pod_exactly_once``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import urllib3
+
+from e2e import faultproxy
+from e2e.controlplane import Cluster, RestartableControlPlane, wait_for
+from e2e.dra_driver import Driver, claim_template
+from e2e.test_dra import claim_pod, claims_in
+from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, pods_in, scheduled_events
+from e2e.usher_process import UsherProcess
+
+pytestmark = pytest.mark.e2e
+
+#: Errors of the test's own API client while the API server or etcd is down.
+OUTAGE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, ConnectionError)
+
+
+@pytest.fixture
+def driver(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Driver]:
+    published = Driver(core_api.api_client, f"{test_id[:40]}-gpu")
+    published.publish_class()
+    yield published
+    published.cleanup()
+
+
+class Burst:
+    """Half plain pods, half pods with a claim from a template, created in two waves around a fault."""
+
+    def __init__(
+        self, core_api: kubernetes.client.CoreV1Api, namespace: str, scheduler: str, driver: Driver, total: int
+    ) -> None:
+        self.core_api, self.namespace, self.scheduler, self.total = core_api, namespace, scheduler, total
+        driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("one", driver.class_name))
+        self.created = 0
+
+    def create(self, count: int) -> None:
+        """Create the next ``count`` pods, each retried through an outage until the API server takes it."""
+        for _ in range(count):
+            i = self.created
+            name = f"p{i:03d}"
+            manifest = claim_pod(name, self.scheduler, template="one") if i % 2 else pod_manifest(name, self.scheduler)
+            wait_for(functools.partial(self._create, manifest), 120, f"{name} created", ignore=OUTAGE)
+            self.created += 1
+
+    def _create(self, manifest: dict[str, Any]) -> bool:
+        try:
+            self.core_api.create_namespaced_pod(self.namespace, manifest)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:  # 409: an earlier try reached the API server before the outage hid its answer
+                raise
+        return True
+
+    def bound(self) -> int:
+        return sum(1 for p in pods_in(self.core_api, self.namespace) if p["spec"].get("nodeName"))
+
+
+def assert_consistent(
+    core_api: kubernetes.client.CoreV1Api, driver: Driver, namespace: str, nodes: list[str], scheduler: str, total: int
+) -> None:
+    """The end state every chaos run must reach (see the module docstring)."""
+    pods = {p["metadata"]["uid"]: p for p in pods_in(core_api, namespace)}
+    assert len(pods) == total and all(p["spec"].get("nodeName") for p in pods.values())
+    assert_no_node_overcommitted(core_api, nodes)
+    events = scheduled_events(core_api, namespace, scheduler)
+    assert not events or max(events.values()) == 1, f"a pod was reported scheduled twice: {events.most_common(3)}"
+    devices: Counter[tuple[str, str, str]] = Counter()
+    claims = claims_in(driver.resource, namespace)
+    assert len(claims) == total // 2, "one claim per pod with a template claim"
+    for item in claims:
+        status = item.get("status") or {}
+        allocation = status.get("allocation")
+        assert allocation is not None, f"claim {item['metadata']['name']} is not allocated"
+        for result in allocation["devices"]["results"]:
+            devices[(result["driver"], result["pool"], result["device"])] += 1
+        reserved = status.get("reservedFor") or []
+        assert len(reserved) == 1, f"claim {item['metadata']['name']} is reserved for {reserved}"
+        pod = pods.get(reserved[0]["uid"])
+        assert pod is not None, f"claim {item['metadata']['name']} is reserved for a pod that does not exist"
+        [term] = allocation["nodeSelector"]["nodeSelectorTerms"]
+        assert term["matchFields"][0]["values"] == [pod["spec"]["nodeName"]], "the pod is bound where its device is"
+    doubled = [device for device, n in devices.items() if n > 1]
+    assert not doubled, f"devices allocated to two claims: {doubled}"
+
+
+def nodes_with_devices(kwok_nodes: Callable[..., str], driver: Driver, count: int, devices: int) -> list[str]:
+    nodes = [kwok_nodes(f"n{i}", cpu="16", memory="32Gi", pods=110) for i in range(count)]
+    for node in nodes:
+        driver.publish_node(node, devices=devices)
+    return nodes
+
+
+def healthy(scheduler: UsherProcess) -> None:
+    assert scheduler.process is not None and scheduler.process.poll() is None, "usher is still the same process"
+    assert scheduler.get("/healthz")[0] == 200
+
+
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_a_control_plane_component_crashing_mid_burst_loses_and_doubles_nothing(
+    restartable_control_plane: RestartableControlPlane,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+    component: str,
+) -> None:
+    total = 40
+    nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
+    scheduler = usher()
+    burst = Burst(core_api, namespace, scheduler.scheduler_name, driver, total)
+    burst.create(total // 2)
+    wait_for(lambda: burst.bound() >= 4, 60, "the first pods bound")
+    restartable_control_plane.restart(component, kill=True)
+    burst.create(total - total // 2)
+    wait_for(lambda: burst.bound() == total, 180, "every pod bound after the restart", ignore=OUTAGE)
+    assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
+    healthy(scheduler)
+
+
+def test_usher_killed_mid_burst_of_pods_with_claims_allocates_every_device_once(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    total = 40
+    nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
+    first = usher()
+    burst = Burst(core_api, namespace, first.scheduler_name, driver, total)
+    burst.create(total // 2)
+    wait_for(lambda: burst.bound() >= 6, 60, "the first pods bound")
+    first.kill()
+    burst.create(total - total // 2)
+    second = usher(scheduler_name=first.scheduler_name)
+    wait_for(lambda: burst.bound() == total, 120, "every pod bound by the second life")
+    assert_consistent(core_api, driver, namespace, nodes, first.scheduler_name, total)
+    healthy(second)
+
+
+def test_one_api_call_in_ten_failing_with_503_or_429_loses_and_doubles_nothing(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    driver: Driver,
+    control_plane: Cluster,
+    test_id: str,
+    tmp_path: Path,
+) -> None:
+    """Every tenth request of any kind, watches included, plus the first bindings and claim writes for sure."""
+    total = 40
+    nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
+    chaos = faultproxy.EveryNth(every=10)
+    binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
+    claim_status = r"^/apis/resource\.k8s\.io/v1/namespaces/[^/]+/resourceclaims/[^/]+/status$"
+    certain = [faultproxy.Fault("POST", binding, 503, times=3), faultproxy.Fault("PUT", claim_status, 429, times=3)]
+    with faultproxy.running(control_plane, certain, chaos=chaos) as proxy:
+        scheduler = UsherProcess(
+            kubeconfig=proxy.kubeconfig(tmp_path / "usher.kubeconfig"),
+            scheduler_name=f"usher-{test_id}"[:63].rstrip("-"),
+            log_path=control_plane.logs_dir / f"usher-{test_id}.log",
+        )
+        with scheduler:
+            scheduler.start()
+            burst = Burst(core_api, namespace, scheduler.scheduler_name, driver, total)
+            burst.create(total)
+            wait_for(lambda: burst.bound() == total, 180, "every pod bound through the faults")
+            assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
+            healthy(scheduler)
+            assert chaos.injected[503] > 0 and chaos.injected[429] > 0
+            assert [fault.injected for fault in certain] == [3, 3]
+            assert proxy.count("POST", binding, 201) == total, "one accepted binding per pod"
