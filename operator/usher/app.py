@@ -45,9 +45,10 @@ from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
 from usher.core.framework.interface import Binder
+from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import FrameworkRecorder
 from usher.core.handling import EventHandlers
-from usher.core.plugins.registry import Registry, in_tree_registry
+from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key

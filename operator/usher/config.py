@@ -33,11 +33,11 @@ from typing import Any
 
 import yaml
 
+from usher.core.framework import names
 from usher.core.framework.building import ProfileError, check_profile
 from usher.core.framework.interface import EXTENSION_POINTS
 from usher.core.framework.profiles import PluginArgs, PluginList, PluginRef, ProfileConfig
-from usher.core.plugins import names
-from usher.core.plugins.registry import Registry
+from usher.core.framework.registry import Registry
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"

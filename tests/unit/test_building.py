@@ -9,7 +9,8 @@ import pytest
 from tests.frameworks import FakeHandle
 from usher.core.framework.building import ProfileError, build_framework, check_profile
 from usher.core.framework.profiles import PluginArgs, PluginList, PluginRef, ProfileConfig
-from usher.core.plugins.registry import Registry, in_tree_registry
+from usher.core.framework.registry import Registry
+from usher.core.plugins.registry import in_tree_registry
 
 
 def profile(path: str = "profiles[0]", **plugins: PluginList) -> ProfileConfig:

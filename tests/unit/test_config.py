@@ -13,8 +13,8 @@ import yaml
 from bench.contenders import KubeScheduler
 from tests.frameworks import FakeHandle
 from usher.config import ConfigError, SchedulerConfig, load_config, parse_config
+from usher.core.framework import names
 from usher.core.framework.building import build_framework
-from usher.core.plugins import names
 from usher.core.plugins.registry import in_tree_registry
 from usher.features import parse_feature_gates
 

@@ -13,8 +13,8 @@ from tests.builders import make_node, make_pod
 from tests.frameworks import framework, scheduling_queue
 from usher.core.clock import FakeClock
 from usher.core.events import ActionType, ClusterEvent, Resource, node_update_events, pod_update_events
-from usher.core.framework.interface import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only
 from usher.core.framework.runtime import Framework, PluginSet
+from usher.core.hints import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only
 from usher.core.plugins.queuesort import PrioritySort
 from usher.core.plugins.schedulinggates import SchedulingGates
 from usher.core.queue import QueuedPod, SchedulingQueue, Where

@@ -21,8 +21,8 @@ from tests.frameworks import scheduling_queue
 from tests.unit.test_queue import NODE_ADD, Rejector
 from usher.core.clock import FakeClock
 from usher.core.events import ActionType, ClusterEvent, Resource, pod_update_events
-from usher.core.framework.interface import ClusterEventWithHint
 from usher.core.framework.runtime import Framework, PluginSet
+from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.queuesort import PrioritySort
 from usher.core.plugins.schedulinggates import SchedulingGates
 from usher.core.queue import QueuedPod, Where

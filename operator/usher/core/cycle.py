@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from usher.core.cache import NodeInfo
 from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.names import NO_NODES_AVAILABLE
 from usher.core.framework.runtime import Framework
-from usher.core.plugins.names import NO_NODES_AVAILABLE
 from usher.core.types import Code, NodeName, PodInfo, Status
 
 MIN_FEASIBLE_NODES_TO_FIND = 100

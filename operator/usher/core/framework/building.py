@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from usher.core.dra.ports import ClaimWriter, WriteResult
 from usher.core.dra.state import DraState
+from usher.core.framework import names
 from usher.core.framework.args import PluginArgsError
 from usher.core.framework.interface import (
     EXTENSION_POINTS,
@@ -45,9 +46,8 @@ from usher.core.framework.interface import (
     WaitingPods,
 )
 from usher.core.framework.profiles import PluginList, PluginRef, ProfileConfig
+from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import Framework, FrameworkRecorder, PluginSet
-from usher.core.plugins import names
-from usher.core.plugins.registry import Registry
 from usher.core.types import NodeName, PodInfo, PodKey, Status
 
 DEFAULT_PLUGINS: tuple[PluginRef, ...] = (

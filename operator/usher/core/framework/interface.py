@@ -2,18 +2,18 @@
 
 Pure. A plugin is an object with a ``name`` that implements any subset of
 these protocols; the runtime finds out which by ``isinstance`` checks
-(the protocols are runtime-checkable). QueueingHint and PreQueueingHint
-functions must be pure and fast: they run on every matching cluster event.
+(the protocols are runtime-checkable). The hints an ``EnqueueExtensions``
+plugin registers are in ``usher.core.hints``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from usher.core.events import ClusterEvent
-from usher.core.types import NodeName, PodInfo, PodKey, QueueingHint, Status
+from usher.core.hints import ClusterEventWithHint
+from usher.core.types import NodeName, PodInfo, PodKey, Status
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -21,44 +21,6 @@ if TYPE_CHECKING:
     from usher.core.dra.state import DraState
     from usher.core.framework.cycle_state import CycleState
     from usher.core.queue.queuedpod import QueuedPod
-
-QueueingHintFn = Callable[[PodInfo, Any, Any], QueueingHint]
-"""``(pod, old, new) -> Queue | QueueSkip``: may this event make ``pod`` schedulable?
-``old`` is None for an Add, ``new`` is None for a Delete. An exception counts as Queue."""
-
-
-def this_pod_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    """The QueueingHint of a plugin that only the pod's own update can help (its scale-down,
-    tolerations, generated claims): Queue for this pod's event, skip every other pod's."""
-    return QueueingHint.QUEUE if pod.is_same_pod(new) else QueueingHint.QUEUE_SKIP
-
-
-@dataclass(frozen=True, slots=True)
-class PreQueueingHintResult:
-    """Which unschedulable pods a cluster event can concern at all (KEP-6132)."""
-
-    all_pods: bool = True
-    pods: frozenset[PodKey] = frozenset()
-
-
-ALL_PODS = PreQueueingHintResult()
-
-
-def only(*keys: PodKey) -> PreQueueingHintResult:
-    return PreQueueingHintResult(all_pods=False, pods=frozenset(keys))
-
-
-PreQueueingHintFn = Callable[[Any, Any], PreQueueingHintResult]
-"""``(old, new) -> all pods | these pods``; called once per event before the per-pod hints."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterEventWithHint:
-    """A cluster event a plugin registers, with the hints that decide whether it can help a rejected pod."""
-
-    event: ClusterEvent
-    hint: QueueingHintFn | None = None
-    pre_hint: PreQueueingHintFn | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from usher.core.framework.interface import (
     BatchFilterPlugin,
     BatchScorePlugin,
     BindPlugin,
-    ClusterEventWithHint,
     EnqueueExtensions,
     FilterPlugin,
     PermitPlugin,
@@ -41,7 +40,8 @@ from usher.core.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
 )
-from usher.core.plugins.names import NO_NODES_AVAILABLE
+from usher.core.framework.names import NO_NODES_AVAILABLE
+from usher.core.hints import ClusterEventWithHint
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error
 
 if TYPE_CHECKING:

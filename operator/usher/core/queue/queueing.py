@@ -66,7 +66,7 @@ from usher.core.events import (
     ClusterEvent,
     Resource,
 )
-from usher.core.framework.interface import ClusterEventWithHint, PreQueueingHintResult
+from usher.core.hints import ClusterEventWithHint, PreQueueingHintResult
 from usher.core.queue.activeq import ActiveQueue, SortKey
 from usher.core.queue.backoffq import BackoffQueue
 from usher.core.queue.inflight import InFlight

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import BindPlugin, Handle
-from usher.core.plugins.names import DEFAULT_BINDER
+from usher.core.framework.names import DEFAULT_BINDER
 from usher.core.types import NodeName, PodInfo, Status
 
 if TYPE_CHECKING:

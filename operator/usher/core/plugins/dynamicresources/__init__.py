@@ -63,20 +63,16 @@ from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
-    ALL_PODS,
     BatchFilterPlugin,
-    ClusterEventWithHint,
     FilterPlugin,
     PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
-    PreQueueingHintResult,
     ReservePlugin,
-    only,
-    this_pod_changed,
 )
-from usher.core.plugins.names import DYNAMIC_RESOURCES
+from usher.core.framework.names import DYNAMIC_RESOURCES
+from usher.core.hints import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only, this_pod_changed
 from usher.core.selectors import SelectorError, node_selector_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, PodKey, QueueingHint, Status, error, unschedulable
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
-    ClusterEventWithHint,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
@@ -35,6 +34,8 @@ from usher.core.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
 )
+from usher.core.framework.names import INTER_POD_AFFINITY
+from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.interpodaffinity.filtering import (
     AFFINITY_RULES_NOT_MATCH,
     ANTI_AFFINITY_RULES_NOT_MATCH,
@@ -46,7 +47,6 @@ from usher.core.plugins.interpodaffinity.filtering import (
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
 from usher.core.plugins.interpodaffinity.scoring import PreScoreState, normalize, score_node, topology_scores
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
-from usher.core.plugins.names import INTER_POD_AFFINITY
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 

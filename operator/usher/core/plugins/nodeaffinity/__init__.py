@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
-    ClusterEventWithHint,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
@@ -39,8 +38,9 @@ from usher.core.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
 )
+from usher.core.framework.names import NODE_AFFINITY
 from usher.core.framework.scoring import default_normalize
-from usher.core.plugins.names import NODE_AFFINITY
+from usher.core.hints import ClusterEventWithHint
 from usher.core.selectors import SelectorError, node_selector_term_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
 

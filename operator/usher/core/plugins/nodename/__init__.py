@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import reject_unknown_args
-from usher.core.framework.interface import BatchFilterPlugin, ClusterEventWithHint, EnqueueExtensions, Handle
-from usher.core.plugins.names import NODE_NAME
+from usher.core.framework.interface import BatchFilterPlugin, EnqueueExtensions, Handle
+from usher.core.framework.names import NODE_NAME
+from usher.core.hints import ClusterEventWithHint
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:

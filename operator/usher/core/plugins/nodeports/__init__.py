@@ -16,15 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import reject_unknown_args
-from usher.core.framework.interface import (
-    ClusterEventWithHint,
-    EnqueueExtensions,
-    FilterPlugin,
-    Handle,
-    PreFilterPlugin,
-    PreFilterResult,
-)
-from usher.core.plugins.names import NODE_PORTS
+from usher.core.framework.interface import EnqueueExtensions, FilterPlugin, Handle, PreFilterPlugin, PreFilterResult
+from usher.core.framework.names import NODE_PORTS
+from usher.core.hints import ClusterEventWithHint
 from usher.core.types import SUCCESS, Code, HostPort, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:

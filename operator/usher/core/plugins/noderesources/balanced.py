@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
-from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, ClusterEventWithHint, Handle
-from usher.core.plugins.names import NODE_RESOURCES_BALANCED_ALLOCATION
+from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, Handle
+from usher.core.framework.names import NODE_RESOURCES_BALANCED_ALLOCATION
+from usher.core.hints import ClusterEventWithHint
 from usher.core.resources import CPU, MEMORY
 from usher.core.types import SUCCESS, PodInfo, Status
 

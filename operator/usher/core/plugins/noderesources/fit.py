@@ -21,15 +21,9 @@ from typing import TYPE_CHECKING, Any
 from usher.core.cache.nodeinfo import non_zero_requests
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
-from usher.core.framework.interface import (
-    MAX_NODE_SCORE,
-    BatchFilterPlugin,
-    BatchScorePlugin,
-    ClusterEventWithHint,
-    Handle,
-    this_pod_changed,
-)
-from usher.core.plugins.names import NODE_RESOURCES_FIT
+from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
+from usher.core.framework.names import NODE_RESOURCES_FIT
+from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.resources import CPU, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 

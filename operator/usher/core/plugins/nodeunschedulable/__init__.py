@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import reject_unknown_args
-from usher.core.framework.interface import BatchFilterPlugin, ClusterEventWithHint, Handle
-from usher.core.plugins.names import NODE_UNSCHEDULABLE
+from usher.core.framework.interface import BatchFilterPlugin, Handle
+from usher.core.framework.names import NODE_UNSCHEDULABLE
+from usher.core.hints import ClusterEventWithHint
 from usher.core.selectors import tolerates
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 

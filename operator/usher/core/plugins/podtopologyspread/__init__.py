@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
-    ClusterEventWithHint,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
@@ -46,7 +45,8 @@ from usher.core.framework.interface import (
     ScoreNormalizer,
     ScorePlugin,
 )
-from usher.core.plugins.names import POD_TOPOLOGY_SPREAD
+from usher.core.framework.names import POD_TOPOLOGY_SPREAD
+from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.podtopologyspread.args import (
     LIST_DEFAULTING,
     SYSTEM_DEFAULTING,

@@ -7,7 +7,7 @@ from typing import Any
 
 from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import Handle, QueueSortPlugin
-from usher.core.plugins.names import PRIORITY_SORT
+from usher.core.framework.names import PRIORITY_SORT
 from usher.core.queue.queuedpod import QueuedPod
 
 NAME = PRIORITY_SORT

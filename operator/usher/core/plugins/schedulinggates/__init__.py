@@ -12,8 +12,9 @@ from typing import Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import reject_unknown_args
-from usher.core.framework.interface import ClusterEventWithHint, EnqueueExtensions, Handle, PreEnqueuePlugin
-from usher.core.plugins.names import SCHEDULING_GATES
+from usher.core.framework.interface import EnqueueExtensions, Handle, PreEnqueuePlugin
+from usher.core.framework.names import SCHEDULING_GATES
+from usher.core.hints import ClusterEventWithHint
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 NAME = SCHEDULING_GATES

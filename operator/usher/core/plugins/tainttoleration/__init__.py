@@ -21,15 +21,14 @@ from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     BatchScorePlugin,
-    ClusterEventWithHint,
     EnqueueExtensions,
     Handle,
     PreScorePlugin,
     ScoreNormalizer,
-    this_pod_changed,
 )
+from usher.core.framework.names import TAINT_TOLERATION
 from usher.core.framework.scoring import default_normalize
-from usher.core.plugins.names import TAINT_TOLERATION
+from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.selectors import tolerates, untolerated_taint
 from usher.core.types import SUCCESS, NodeName, PodInfo, QueueingHint, Status, unschedulable
 
