@@ -27,7 +27,7 @@ WORKLOAD_ORDER = (
     "ClaimBurst_500",
     "ClaimBurst_2000",
 )
-#: usher must reach this share of kube-scheduler's throughput (issue 8); 1.0 = at least equal.
+#: usher must reach this share of kube-scheduler's throughput; 1.0 = at least equal.
 KUBE_TARGET = {"basic": 0.7, "claim_template": 1.0, "gated": 1.0, "claim_burst": 1.0}
 LIMIT_TARGET = 0.7
 
@@ -193,7 +193,7 @@ def _bound(doc: dict[str, Any], phase: str) -> str:
 
 
 def targets(docs: list[dict[str, Any]]) -> list[str]:
-    """The issue's targets, each with the measured value, whether it is met, and what bounded usher."""
+    """The targets, each with the measured value, whether it is met, and what bounded usher."""
     lines = ["| target | measured | met | usher's bound in this run |", "|---|---|---|---|"]
     for doc in docs:
         kind = doc["workload"]["kind"]
@@ -280,7 +280,7 @@ def markdown(docs: list[dict[str, Any]], notes: Path | None = NOTES) -> str:
         "scheduler, kube-apiserver, etcd, kube-controller-manager and the harness, per second of the phase. "
         "Above about 0.1 another workload shared the 2 CPUs and that row's numbers are low by up to that share.",
         "",
-        "## Targets (issue 8)",
+        "## Targets",
         "",
         *targets(docs),
         "",

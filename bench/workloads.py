@@ -1,6 +1,6 @@
 """The benchmark's workloads, shaped like kube-scheduler's scheduler_perf, and the objects they create.
 
-Why these four shapes (issue 8): SchedulingBasic is the plain filter/score/bind
+Why these four shapes: SchedulingBasic is the plain filter/score/bind
 path; SchedulingWithResourceClaimTemplate adds DRA allocation and claim writes;
 SchedulingGated shows that thousands of gated pods cost nothing while other
 pods schedule, and how fast ungated pods bind; the claim burst is the case

@@ -1,4 +1,4 @@
-"""Kubernetes' own sig-scheduling e2e specs against usher, in CI (issue 13).
+"""Kubernetes' own sig-scheduling e2e specs against usher, in CI.
 
 usher runs as the cluster's only scheduler (profile ``default-scheduler``) on
 the conformance harness (e2e/conformance/cluster.py), and

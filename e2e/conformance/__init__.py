@@ -1,4 +1,4 @@
-"""Kubernetes' own sig-scheduling e2e specs, run against usher and kube-scheduler (issue 13).
+"""Kubernetes' own sig-scheduling e2e specs, run against usher and kube-scheduler.
 
 - ``suite/main_test.go``: the test main of ``e2e-scheduling.test``
   (``bash e2e/build-binaries.sh e2e-test``).

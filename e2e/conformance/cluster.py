@@ -5,7 +5,7 @@ Why a module of its own: this is the only place the conformance run touches
 so when that module changes shape only these imports need adapting.
 
 What a kwok cluster lacks for Kubernetes' sig-scheduling specs, and what this
-harness does about it (issue 13, item 3):
+harness does about it:
 
 - kwok reports InternalIP 127.0.0.1 for every node: the hostPort specs need a
   node address other than 127.0.0.1. Each node gets its own 127.0.1.N address

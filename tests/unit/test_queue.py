@@ -1,4 +1,4 @@
-"""The scheduling queue, behaviour by behaviour (reference sections 1-3), on a fake clock."""
+"""The scheduling queue, behaviour by behaviour, on a fake clock."""
 
 from __future__ import annotations
 
