@@ -22,7 +22,7 @@ import gc
 import logging
 import random
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,7 +38,7 @@ from usher.adapters.leading import KubeLeases, LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.config import SchedulerConfig
-from usher.core.cache import Cache
+from usher.core.cache import Cache, DisruptionBudget
 from usher.core.clock import Clock, MonotonicClock
 from usher.core.cycle import NodeSampler
 from usher.core.dra.ports import ClaimWriter
@@ -104,6 +104,9 @@ class PluginHandle:
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
+
+    def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
+        return self.cache.disruption_budgets(namespace)
 
 
 def build_scheduler(

@@ -66,6 +66,12 @@ class PodInfo:
     requests: ResourceList
     terminal: bool
     deleting: bool
+    preemption_policy: str
+    """``PreemptLowerPriority`` (the default) or ``Never``."""
+    nominated_node_name: str
+    """``status.nominatedNodeName``: where preemption made room for it ("" when none)."""
+    start_time: str
+    """``status.startTime`` (RFC 3339, "" before the kubelet starts it): preemption prefers newer victims."""
     labels: Mapping[str, str] = field(repr=False, compare=False)
     host_ports: tuple[HostPort, ...] = field(repr=False, compare=False)
     has_pod_affinity: bool = field(repr=False, compare=False)
@@ -97,6 +103,9 @@ class PodInfo:
             requests=pod_requests(obj),
             terminal=status.get("phase") in ("Succeeded", "Failed"),
             deleting=bool(meta.get("deletionTimestamp")),
+            preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+            nominated_node_name=str(status.get("nominatedNodeName") or ""),
+            start_time=str(status.get("startTime") or ""),
             labels=dict(meta.get("labels") or {}),
             host_ports=_host_ports(spec),
             has_pod_affinity=bool(pod_affinity or anti_affinity),

@@ -91,14 +91,15 @@ class SchedulingCycle:
         profile = framework.scheduler_name
         state = CycleState()
         state.write(RECORD_PLUGIN_METRICS, self._rng.random() < PLUGIN_METRICS_SAMPLE)
-        result = schedule(framework, state, pod, self._cache.node_infos(), rng=self._rng, sampler=self._sampler)
+        nodes = self._cache.node_infos()
+        result = schedule(framework, state, pod, nodes, rng=self._rng, sampler=self._sampler)
         self._recorder.algorithm_finished(self._timer() - started)
         if result.node is None:
             if result.status.code is Code.ERROR:
                 logger.error("scheduling pod %s failed: %s", pod.key, result.status.message)
                 self._failures.failed(queued, profile, started, "error", result.status.message)
                 return None
-            framework.run_post_filter(state, pod, result.node_statuses)
+            framework.run_post_filter(state, pod, result.node_statuses, nodes)
             logger.info("pod %s is unschedulable: %s", pod.key, result.message)
             self._failures.failed(
                 queued,

@@ -3,6 +3,7 @@
 Pure.
 """
 
+from usher.core.cache.budgets import DisruptionBudget
 from usher.core.cache.caching import (
     Cache,
     NodeList,
@@ -11,4 +12,11 @@ from usher.core.cache.caching import (
 )
 from usher.core.cache.nodeinfo import NodeInfo
 
-__all__ = ["Cache", "NodeInfo", "NodeList", "nodes_with_affinity_pods", "nodes_with_required_anti_affinity_pods"]
+__all__ = [
+    "Cache",
+    "DisruptionBudget",
+    "NodeInfo",
+    "NodeList",
+    "nodes_with_affinity_pods",
+    "nodes_with_required_anti_affinity_pods",
+]

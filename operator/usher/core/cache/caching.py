@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from usher.core.cache.budgets import DisruptionBudget
 from usher.core.cache.nodeinfo import NodeInfo
 from usher.core.types import NodeName, PodInfo, PodKey
 
@@ -64,6 +65,7 @@ class Cache:
         self._pod_nodes: dict[PodKey, NodeName] = {}
         self._assumed: set[PodKey] = set()
         self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._budgets: dict[str, dict[str, DisruptionBudget]] = {}
         self._node_list: NodeList | None = None
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
         self._with_affinity: dict[NodeName, NodeInfo] = {}
@@ -99,6 +101,19 @@ class Cache:
 
     def remove_namespace(self, name: str) -> None:
         self._namespaces.pop(name, None)
+
+    def set_disruption_budget(self, budget: DisruptionBudget) -> None:
+        self._budgets.setdefault(budget.namespace, {})[budget.name] = budget
+
+    def remove_disruption_budget(self, namespace: str, name: str) -> None:
+        budgets = self._budgets.get(namespace)
+        if budgets is not None:
+            budgets.pop(name, None)
+            if not budgets:
+                del self._budgets[namespace]
+
+    def disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
+        return list((self._budgets.get(namespace) or {}).values())
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._namespaces.get(name)

@@ -116,6 +116,31 @@ class NodeInfo:
         self._copy_requested()
         return pod
 
+    def clone(self) -> NodeInfo:
+        """An independent copy to add or remove pods on (preemption's dry runs); the pods are shared, immutable."""
+        return NodeInfo(
+            name=self.name,
+            raw=self.raw,
+            allocatable=self.allocatable,
+            unschedulable=self.unschedulable,
+            pods=dict(self.pods),
+            requested=dict(self.requested),
+            non_zero_requested=dict(self.non_zero_requested),
+            labels=self.labels,
+            taints=self.taints,
+            used_ports=dict(self.used_ports),
+            pods_with_affinity=self.pods_with_affinity,
+            pods_with_required_anti_affinity=self.pods_with_required_anti_affinity,
+            allocatable_cpu=self.allocatable_cpu,
+            allocatable_memory=self.allocatable_memory,
+            allocatable_pods=self.allocatable_pods,
+            requested_cpu=self.requested_cpu,
+            requested_memory=self.requested_memory,
+            requested_pods=self.requested_pods,
+            non_zero_cpu=self.non_zero_cpu,
+            non_zero_memory=self.non_zero_memory,
+        )
+
     @property
     def exists(self) -> bool:
         """False for a placeholder holding pods of a node the watch has not shown (or deleted)."""

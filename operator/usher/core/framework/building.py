@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from usher.core.cache import DisruptionBudget
 from usher.core.dra.ports import ClaimWriter, WriteResult
 from usher.core.dra.state import DraState
 from usher.core.framework import names
@@ -32,6 +33,7 @@ from usher.core.framework.interface import (
     BindPlugin,
     FilterPlugin,
     Handle,
+    NominatedPods,
     PermitPlugin,
     Plugin,
     PostBindPlugin,
@@ -78,14 +80,19 @@ def build_framework(
     registry: Registry,
     handle: Handle,
     recorder: FrameworkRecorder | None = None,
+    nominated: NominatedPods | None = None,
 ) -> Framework:
-    """Instantiate a profile's plugins (each once, with its args) and sort them into extension points."""
+    """Instantiate a profile's plugins (each once, with its args) and sort them into extension points.
+
+    ``nominated``: the pods preemption nominated, which Filter counts (None: none ever are).
+    """
     plugins = _plugin_set(profile, _Instances(profile, registry, handle))
     return Framework(
         profile.scheduler_name,
         plugins,
         percentage_of_nodes_to_score=profile.percentage_of_nodes_to_score,
         recorder=recorder,
+        nominated=nominated,
     )
 
 
@@ -242,3 +249,6 @@ class _UnconnectedHandle:
     @property
     def claims(self) -> ClaimWriter:
         return self._ports
+
+    def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
+        return []

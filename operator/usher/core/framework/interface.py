@@ -16,7 +16,7 @@ from usher.core.hints import ClusterEventWithHint
 from usher.core.types import NodeName, PodInfo, PodKey, Status
 
 if TYPE_CHECKING:
-    from usher.core.cache import NodeInfo
+    from usher.core.cache import DisruptionBudget, NodeInfo
     from usher.core.dra.ports import ClaimWriter
     from usher.core.dra.state import DraState
     from usher.core.framework.cycle_state import CycleState
@@ -99,11 +99,57 @@ class BatchFilterPlugin(FilterPlugin, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """PostFilter's answer (kube-scheduler's PostFilterResult + Status).
+
+    ``status`` Success with ``nominated_node``: the pod fits there once ``victims``
+    are gone; the caller nominates it and evicts them. Unschedulable: preemption
+    cannot help (the message says why, kube-scheduler's ``preemption: ...``).
+    """
+
+    status: Status
+    nominated_node: NodeName | None = None
+    victims: tuple[PodInfo, ...] = ()
+
+
+class NominatedPods(Protocol):
+    """Pods preemption nominated to nodes, not bound yet (kube-scheduler's PodNominator, read side)."""
+
+    def any(self) -> bool:
+        """Whether any pod is nominated anywhere (the common answer, no, costs nothing)."""
+        ...
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        """The pods nominated to ``node``."""
+        ...
+
+
+class FilterRunner(Protocol):
+    """The profile's Filter plugins on one node, for PostFilter's dry runs."""
+
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
+        """None if ``pod`` fits ``node`` (a modified copy, victims removed) with the nominated pods of
+        equal or higher priority on it counted too (kube-scheduler's RunFilterPluginsWithNominatedPods);
+        else the first rejection."""
+        ...
+
+
 @runtime_checkable
 class PostFilterPlugin(Plugin, Protocol):
     """Runs when no node fits (preemption's extension point)."""
 
-    def post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status: ...
+    def post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        statuses: Mapping[str, Status],
+        nodes: Sequence[NodeInfo],
+        filters: FilterRunner,
+    ) -> PostFilterResult:
+        """``statuses``: each rejected node's status (nodes absent were not evaluated); ``nodes``: the
+        cycle's snapshot, never to be modified (clone a NodeInfo to dry-run on it)."""
+        ...
 
 
 @runtime_checkable
@@ -218,6 +264,10 @@ class Handle(Protocol):
     @property
     def claims(self) -> ClaimWriter:
         """The port for ResourceClaim writes (DynamicResources' PreBind)."""
+        ...
+
+    def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
+        """The PodDisruptionBudgets of a namespace, as last watched (DefaultPreemption)."""
         ...
 
 

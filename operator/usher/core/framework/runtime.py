@@ -26,10 +26,12 @@ from usher.core.framework.interface import (
     BindPlugin,
     EnqueueExtensions,
     FilterPlugin,
+    NominatedPods,
     PermitPlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
+    PostFilterResult,
     PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
@@ -133,8 +135,10 @@ class Framework:
         percentage_of_nodes_to_score: int | None = None,
         recorder: FrameworkRecorder | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        nominated: NominatedPods | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
+        self._nominated = nominated
         self.plugins = plugins
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self._recorder: FrameworkRecorder = recorder or _Silent()
@@ -207,6 +211,36 @@ class Framework:
         return self.run_filter_nodes(state, pod, [node])[0] or SUCCESS
 
     def run_filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """Per node, None if every Filter plugin accepts it, with and without the nominated pods of equal or
+        higher priority on it (kube-scheduler's two passes), else the first rejection (or error)."""
+        results = self._run_filters(state, pod, nodes)
+        if self._nominated is None or not self._nominated.any():
+            return results
+        for index, node in enumerate(nodes):
+            if results[index] is None:
+                results[index] = self._with_nominated(state, pod, node)
+        return results
+
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
+        """``FilterRunner`` for PostFilter's dry runs: one node, nominated pods counted, None if it fits."""
+        return self.run_filter_nodes(state, pod, [node])[0]
+
+    def _with_nominated(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
+        """The pass with the nominated pods of ``pod``'s priority or higher added to a copy of ``node``."""
+        assert self._nominated is not None
+        ahead = [
+            other
+            for other in self._nominated.nominated_pods(node.name)
+            if other.priority >= pod.priority and other.key != pod.key
+        ]
+        if not ahead:
+            return None
+        crowded = node.clone()
+        for other in ahead:
+            crowded.add_pod(other)
+        return self._run_filters(state, pod, [crowded])[0]
+
+    def _run_filters(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """Per node, None if every Filter plugin accepts it, else the first rejection (or error).
 
         The hot loop of a cycle (nodes x plugins), run plugin by plugin over the
@@ -248,15 +282,26 @@ class Framework:
         for label in counts:
             self._recorder.plugin(plugin, "Filter", label, per_node)
 
-    def run_post_filter(self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status]) -> Status:
+    def run_post_filter(
+        self, state: CycleState, pod: PodInfo, statuses: Mapping[str, Status], nodes: Sequence[NodeInfo]
+    ) -> PostFilterResult:
+        """The first PostFilter plugin that nominates a node (or errs) decides; else the last one's answer."""
         started = self._timer()
-        result = Status(Code.UNSCHEDULABLE)
+        result = PostFilterResult(Status(Code.UNSCHEDULABLE))
         for plugin in self.plugins.post_filter:
-            status = self._call(plugin.name, "PostFilter", True, plugin.post_filter, state, pod, statuses)
-            if status.ok or status.code is Code.ERROR:
-                result = status.with_plugin(plugin.name)
+            plugin_started = self._timer()
+            try:
+                answer = plugin.post_filter(state, pod, statuses, nodes, self)
+            except Exception as exc:  # a plugin bug fails this pod's attempt, never the scheduler
+                answer = PostFilterResult(error(f"{type(exc).__name__}: {exc}"))
+            self._recorder.plugin(
+                plugin.name, "PostFilter", status_label(answer.status), self._timer() - plugin_started
+            )
+            result = PostFilterResult(answer.status.with_plugin(plugin.name), answer.nominated_node, answer.victims)
+            if answer.status.ok or answer.status.code is Code.ERROR:
                 break
-        self._recorder.extension_point("PostFilter", status_label(result), self.scheduler_name, self._timer() - started)
+        label = status_label(result.status)
+        self._recorder.extension_point("PostFilter", label, self.scheduler_name, self._timer() - started)
         return result
 
     def run_score(

@@ -1,0 +1,56 @@
+"""Nominated pods: where preemption made room for a pod that is not bound yet (kube-scheduler's nominator). Pure.
+
+A pod is nominated when DefaultPreemption chose victims for it (usher records
+it at once, before its ``status.nominatedNodeName`` patch comes back) or when
+the API server shows an unscheduled pod of ours with a nominatedNodeName.
+Filter counts the nominated pods of equal or higher priority on a node
+(``Framework.run_filter_nodes``), so a lower-priority pod never takes the room
+freed for a preemptor. A pod's nomination ends when it is bound, deleted, or
+nominated elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from usher.core.types import PodInfo, PodKey
+
+
+class Nominator:
+    """Node -> the pods nominated to it; pod -> its node."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, dict[PodKey, PodInfo]] = {}
+        self._node_of: dict[PodKey, str] = {}
+
+    def any(self) -> bool:
+        return bool(self._node_of)
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        pods = self._by_node.get(node)
+        return list(pods.values()) if pods else []
+
+    def node_of(self, key: PodKey) -> str | None:
+        return self._node_of.get(key)
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """Record ``pod`` as nominated to ``node`` (replacing any earlier nomination)."""
+        self.forget(pod.key)
+        self._by_node.setdefault(node, {})[pod.key] = pod
+        self._node_of[pod.key] = node
+
+    def update(self, pod: PodInfo) -> None:
+        """A newer version of an unscheduled pod: its API nomination wins; none keeps ours (the patch may lag)."""
+        node = pod.nominated_node_name or self._node_of.get(pod.key)
+        if node:
+            self.nominate(pod, node)
+
+    def forget(self, key: PodKey) -> None:
+        """The pod was bound, deleted, or no longer ours: no room is held for it."""
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return
+        pods = self._by_node[node]
+        pods.pop(key, None)
+        if not pods:
+            del self._by_node[node]
