@@ -64,3 +64,22 @@ def usher(control_plane: Cluster, test_id: str) -> Iterator[Callable[..., UsherP
     yield start
     for process in started:
         process.__exit__(None, None, None)
+
+
+@pytest.fixture
+def priority_classes(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Callable[[int], str]]:
+    """Create PriorityClasses for this test only (pods name a class; admission fills in spec.priority)."""
+    scheduling = kubernetes.client.SchedulingV1Api(core_api.api_client)
+    created: list[str] = []
+
+    def make(value: int) -> str:
+        name = f"{test_id[:40]}-p{value}"
+        scheduling.create_priority_class(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+        )
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        scheduling.delete_priority_class(name)

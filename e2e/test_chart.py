@@ -194,8 +194,8 @@ class Needed:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     symptom: str
-    """unready: usher cannot list what it must cache; binding, condition, device, event: that write fails;
-    lease: this instance never leads."""
+    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption: that
+    write fails; lease: this instance never leads."""
 
     @property
     def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
@@ -212,6 +212,10 @@ NEEDED = {
     "without pods/binding create nothing is bound": Needed("ClusterRole", ("pods/binding",), ("create",), "binding"),
     "without pods/status patch no condition is written": Needed(
         "ClusterRole", ("pods/status",), ("patch",), "condition"
+    ),
+    "without pods delete no victim is preempted": Needed("ClusterRole", ("pods",), ("delete",), "preemption"),
+    "without poddisruptionbudgets list/watch usher never gets ready": Needed(
+        "ClusterRole", ("poddisruptionbudgets",), ("list", "watch"), "unready"
     ),
     "without resourceclaims get/list/watch/update usher never gets ready": Needed(
         "ClusterRole", ("resourceclaims",), ("get", "list", "watch", "update"), "unready"
@@ -259,6 +263,7 @@ def test_every_rule_of_the_charts_rbac_is_needed(
     kwok_nodes: Callable[..., str],
     release: Installed,
     needed: Needed,
+    priority_classes: Callable[[int], str],
 ) -> None:
     """Each case removes one rule from the installed ClusterRole or Role and runs usher with what is left.
 
@@ -297,6 +302,13 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 core_api.create_namespaced_pod(namespace, claim_pod("p", release.release, claim_name="gpu"))
             elif needed.symptom == "condition":
                 core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release, cpu="100"))
+            elif needed.symptom == "preemption":
+                victim = pod_manifest("victim", release.release, cpu="1500m")
+                victim["spec"]["nodeName"] = node
+                core_api.create_namespaced_pod(namespace, victim)
+                preemptor = pod_manifest("p", release.release, cpu="1")
+                preemptor["spec"]["priorityClassName"] = priority_classes(1000)
+                core_api.create_namespaced_pod(namespace, preemptor)
             elif needed.symptom != "unready":
                 core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
             wait_for(lambda: forbidden(needed, process.log_path.read_text()), 60, f"usher to be denied {needed}")
@@ -313,6 +325,8 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 assert scheduled_events(core_api, namespace, release.release)["p"] == 0
             else:
                 assert pod().spec.node_name is None
+            if needed.symptom == "preemption":
+                assert core_api.read_namespaced_pod("victim", namespace).metadata.deletion_timestamp is None
             if needed.symptom == "lease":
                 assert process.metric("leader_election_master_status", name=release.release) == 0
                 assert process.metric("scheduler_schedule_attempts_total") == 0

@@ -49,7 +49,7 @@ from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import FrameworkRecorder
 from usher.core.handling import EventHandlers
 from usher.core.plugins.registry import in_tree_registry
-from usher.core.queue import QueueOptions, SchedulingQueue
+from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key
 from usher.explaining import explain, queue_summary
@@ -62,6 +62,7 @@ from usher.scheduling.loop import SchedulingLoop, Wakeup
 from usher.scheduling.notready import DEFAULT_DELAY, NotReadyReporter
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
+from usher.scheduling.preemption import Preemptor
 from usher.scheduling.scheduler import Scheduler
 from usher.scheduling.scheduling_cycle import SchedulingCycle
 from usher.scheduling.waiting_pods import WaitingPods
@@ -126,11 +127,14 @@ def build_scheduler(
     """Every piece of one scheduler, wired to the given ports; ``leading`` gates the loop."""
     cache = Cache()
     waiting_pods = WaitingPods()
+    nominator = Nominator()
     dra = DraState()
     handle = PluginHandle(binder=binder, waiting_pods=waiting_pods, cache=cache, dra=dra, claims=claim_writer)
     registry = registry or in_tree_registry()
     frameworks = {
-        profile.scheduler_name: build_framework(profile, registry=registry, handle=handle, recorder=recorder)
+        profile.scheduler_name: build_framework(
+            profile, registry=registry, handle=handle, recorder=recorder, nominated=nominator
+        )
         for profile in config.profiles
     }
     first = frameworks[config.profiles[0].scheduler_name]
@@ -138,6 +142,7 @@ def build_scheduler(
     events = PodEvents(writer)
     queue = SchedulingQueue(
         clock,
+        nominator=nominator,
         profiles=frameworks,
         sort_key=first.plugins.queue_sort.sort_key,
         options=QueueOptions(
@@ -162,12 +167,14 @@ def build_scheduler(
         wake=wakeup,
     )
     rng = random.Random(seed)
+    preemptor = Preemptor(writer=writer, events=events, queue=queue, waiting_pods=waiting_pods, recorder=recorder)
     scheduling = SchedulingCycle(
         frameworks=frameworks,
         cache=cache,
         queue=queue,
         waiting_pods=waiting_pods,
         failures=failures,
+        preemptor=preemptor,
         recorder=recorder,
         sampler=NodeSampler(config.percentage_of_nodes_to_score),
         rng=rng,

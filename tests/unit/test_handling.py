@@ -233,3 +233,25 @@ def test_an_assumed_pod_counts_on_its_node_however_late_the_watch_is(watch_event
         handlers.on_pod("DELETED", pod.obj())
     assert not handlers.cache.is_assumed(queued.key)
     assert handlers.cache.node("n").requested["pods"] == counted_after  # type: ignore[union-attr]
+
+
+def test_disruption_budgets_are_kept_per_namespace_for_preemption(handlers: EventHandlers) -> None:
+    budget = {
+        "metadata": {"namespace": "team", "name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 1, "disruptedPods": {"web-0": "2026-11-24T12:00:00Z"}},
+    }
+    handlers.on_disruption_budget("ADDED", budget)
+    [kept] = handlers.cache.disruption_budgets("team")
+    assert (kept.disruptions_allowed, kept.disrupted_pods) == (1, frozenset({"web-0"}))
+    assert kept.selects({"app": "web"}) and not kept.selects({"app": "db"})
+    assert handlers.cache.disruption_budgets("other") == []
+    handlers.on_disruption_budget("DELETED", budget)
+    assert handlers.cache.disruption_budgets("team") == []
+
+
+def test_a_budget_with_an_empty_selector_selects_no_pod() -> None:
+    from usher.core.cache import DisruptionBudget
+
+    empty = DisruptionBudget.from_api({"metadata": {"name": "all"}, "spec": {"selector": {}}})
+    assert not empty.selects({"app": "web"}) and not empty.selects({})

@@ -56,6 +56,9 @@ class Sink:
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self.delivered.append(("namespaces", event_type, raw))
 
+    def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self.delivered.append(("poddisruptionbudgets", event_type, raw))
+
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self.delivered.append((kind, event_type, raw))
 

@@ -79,6 +79,8 @@ class RecordingRecorder:
     scheduled: list[tuple[int, bool]] = field(default_factory=list)
     handled: list[str] = field(default_factory=list)
     algorithm_runs: int = 0
+    preemption_attempts: int = 0
+    victims_chosen: list[int] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -91,6 +93,12 @@ class RecordingRecorder:
 
     def event_handled(self, event: str, seconds: float) -> None:
         self.handled.append(event)
+
+    def preemption_attempted(self) -> None:
+        self.preemption_attempts += 1
+
+    def preemption_victims_chosen(self, count: int) -> None:
+        self.victims_chosen.append(count)
 
     def incoming(self, queue: str, event: str) -> None:
         pass

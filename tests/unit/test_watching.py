@@ -63,6 +63,9 @@ class Sink:
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record("namespace", event_type, raw)
 
+    def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record("poddisruptionbudget", event_type, raw)
+
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 
@@ -393,4 +396,4 @@ def test_usher_registers_only_event_handlers_so_kopf_has_no_barrier_no_diff_base
     assert not registry._changing.get_all_handlers()
     assert not registry._spawning.get_all_handlers()
     assert not registry._webhooks.get_all_handlers()
-    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 6
+    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 7

@@ -142,6 +142,17 @@ class Metrics:
             buckets=exponential_buckets(1, 2, 5),
             registry=r,
         )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims for preemption initiated by a single pod",
+            buckets=exponential_buckets(1, 2, 7),
+            registry=r,
+        )
         self.queue_incoming_pods = Counter(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
@@ -250,6 +261,12 @@ class Metrics:
     def attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         self.child(self.schedule_attempts, result, profile).inc()
         self.child(self.scheduling_attempt_duration, result, profile).observe(seconds)
+
+    def preemption_attempted(self) -> None:
+        self.preemption_attempts.inc()
+
+    def preemption_victims_chosen(self, count: int) -> None:
+        self.preemption_victims.observe(count)
 
     def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
         if sli_seconds is not None:

@@ -124,6 +124,7 @@ def pod_status_call(
     *,
     delay: float = 0.0,
     on_done: Callable[[ApiResult], None] | None = None,
+    leader_only: bool = False,
 ) -> ApiCall:
     """A tracked strategic-merge patch of a pod's status, built against the newest version of the pod
     when it is due (``patch_for`` returns None when nothing would change: the call is dropped)."""
@@ -136,5 +137,11 @@ def pod_status_call(
         return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
 
     return ApiCall(
-        "pod_status_patch", f"{namespace}/{name}", build, relevance=STATUS_PATCH_RELEVANCE, delay=delay, on_done=on_done
+        "pod_status_patch",
+        f"{namespace}/{name}",
+        build,
+        relevance=STATUS_PATCH_RELEVANCE,
+        delay=delay,
+        on_done=on_done,
+        leader_only=leader_only,
     )

@@ -52,6 +52,10 @@ class WatchSink(Protocol):
         """``kind`` is resourceclaims, resourceslices or deviceclasses (resource.k8s.io/v1)."""
         ...
 
+    def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A policy/v1 PodDisruptionBudget (DefaultPreemption counts them)."""
+        ...
+
     def mark_synced(self) -> None: ...
 
 
@@ -125,6 +129,7 @@ KINDS: tuple[Kind, ...] = (
     ("", "pods"),
     ("", "nodes"),
     ("", "namespaces"),
+    ("policy", "poddisruptionbudgets"),
     *(("resource.k8s.io", plural) for plural in DRA_RESOURCES),
 )
 
@@ -186,7 +191,12 @@ def register(
     def dra(plural: str) -> Deliver:
         return lambda event_type, raw: sink.on_dra(plural, event_type, raw)
 
-    deliveries: dict[str, Deliver] = {"pods": sink.on_pod, "nodes": sink.on_node, "namespaces": sink.on_namespace}
+    deliveries: dict[str, Deliver] = {
+        "pods": sink.on_pod,
+        "nodes": sink.on_node,
+        "namespaces": sink.on_namespace,
+        "poddisruptionbudgets": sink.on_disruption_budget,
+    }
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:
         _watch(registry, sync, holdings, group, plural)

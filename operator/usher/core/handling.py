@@ -7,6 +7,7 @@ Every pod goes to the cache or the queue, never both:
 - unscheduled pods of our scheduler names are queued (Add/Update/Delete);
 - nodes update the cache and raise NodeAdd, NodeDelete or one event per
   detected change (heartbeats raise none);
+- PodDisruptionBudgets are kept in the cache for preemption;
 - everything else is ignored.
 
 Pods are keyed by namespace/name, but kopf serializes events per object
@@ -28,7 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from usher.core.cache import Cache
+from usher.core.cache import Cache, DisruptionBudget
 from usher.core.dra.state import DraState
 from usher.core.events import (
     ASSIGNED_POD_ADD,
@@ -174,6 +175,14 @@ class EventHandlers:
             self.queue.move_all(ASSIGNED_POD_DELETE, old.raw, None)
             return ASSIGNED_POD_DELETE.label
         return UNSCHEDULED_POD_DELETE.label if queued is not None else ""
+
+    def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """PodDisruptionBudgets only inform preemption's choice of victims: no pod is moved by one."""
+        budget = DisruptionBudget.from_api(raw)
+        if event_type == DELETED:
+            self.cache.remove_disruption_budget(budget.namespace, budget.name)
+        else:
+            self.cache.set_disruption_budget(budget)
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         name = str((raw.get("metadata") or {}).get("name") or "")

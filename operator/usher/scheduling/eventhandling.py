@@ -73,6 +73,9 @@ class ClusterEvents:
         label = self._handlers.on_dra(kind, event_type, raw)
         self._after_event(label, started)
 
+    def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._handlers.on_disruption_budget(event_type, raw)
+
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         metadata = raw.get("metadata") or {}
         name = str(metadata.get("name") or "")

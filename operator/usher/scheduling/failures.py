@@ -44,12 +44,19 @@ class FailureReporter:
         self._clock = clock
         self._last: dict[str, tuple[str, float]] = {}
 
-    def report(self, pod: Mapping[str, Any], message: str, profile: str | None = None) -> None:
+    def report(
+        self, pod: Mapping[str, Any], message: str, profile: str | None = None, nominated_node: str | None = None
+    ) -> None:
+        """``nominated_node``: preemption's nomination, written with the condition (kube-scheduler's updatePod)."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
 
         def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
-            return condition_patch(current, kind="PodScheduled", status="False", reason=UNSCHEDULABLE, message=message)
+            patch = condition_patch(current, kind="PodScheduled", status="False", reason=UNSCHEDULABLE, message=message)
+            if nominated_node and ((current or {}).get("status") or {}).get("nominatedNodeName") != nominated_node:
+                patch = patch or {"status": {}}
+                patch["status"]["nominatedNodeName"] = nominated_node
+            return patch
 
         self._writer.add(pod_status_call(pod, patch_for), current=pod)
         now = self._clock.now()
@@ -98,8 +105,10 @@ class SchedulingFailures:
         unschedulable_plugins: set[str] | frozenset[str] = frozenset(),
         pending_plugins: set[str] | frozenset[str] = frozenset(),
         node_statuses: Mapping[str, Status] | None = None,
+        nominated_node: str | None = None,
     ) -> None:
-        """``result`` is ``unschedulable`` or ``error``; ``started`` is the attempt's timer reading."""
+        """``result`` is ``unschedulable`` or ``error``; ``started`` is the attempt's timer reading;
+        ``nominated_node``: where preemption made room for the pod."""
         self._attempts.failed(
             queued.key,
             AttemptRecord.of(
@@ -110,7 +119,7 @@ class SchedulingFailures:
         self._queue.add_unschedulable(
             queued, unschedulable_plugins=unschedulable_plugins, pending_plugins=pending_plugins
         )
-        self._reporter.report(queued.pod.raw, message, profile)
+        self._reporter.report(queued.pod.raw, message, profile, nominated_node)
         self._wake()
 
     def rejected(self, queued: QueuedPod, profile: str, started: float, status: Status) -> None:

@@ -51,6 +51,14 @@ class SchedulingRecorder(Protocol):
         """scheduler_event_handling_duration_seconds."""
         ...
 
+    def preemption_attempted(self) -> None:
+        """scheduler_preemption_attempts_total: PostFilter ran for a pod no node fits."""
+        ...
+
+    def preemption_victims_chosen(self, count: int) -> None:
+        """scheduler_preemption_victims: the victims chosen for one preemptor."""
+        ...
+
 
 class SilentRecorder:
     """A ``SchedulingRecorder`` that records nothing."""
@@ -65,4 +73,10 @@ class SilentRecorder:
         pass
 
     def event_handled(self, event: str, seconds: float) -> None:
+        pass
+
+    def preemption_attempted(self) -> None:
+        pass
+
+    def preemption_victims_chosen(self, count: int) -> None:
         pass

@@ -25,6 +25,7 @@ from usher.core.queue import QueuedPod, SchedulingQueue
 from usher.core.types import Code, NodeName, Status
 from usher.scheduling.failures import SchedulingFailures
 from usher.scheduling.ports import SchedulingRecorder
+from usher.scheduling.preemption import Preemptor
 from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class SchedulingCycle:
         queue: SchedulingQueue,
         waiting_pods: WaitingPods,
         failures: SchedulingFailures,
+        preemptor: Preemptor,
         recorder: SchedulingRecorder,
         sampler: NodeSampler,
         rng: random.Random,
@@ -75,6 +77,7 @@ class SchedulingCycle:
         self._queue = queue
         self._waiting_pods = waiting_pods
         self._failures = failures
+        self._preemptor = preemptor
         self._recorder = recorder
         self._sampler = sampler
         self._rng = rng
@@ -99,17 +102,26 @@ class SchedulingCycle:
                 logger.error("scheduling pod %s failed: %s", pod.key, result.status.message)
                 self._failures.failed(queued, profile, started, "error", result.status.message)
                 return None
-            framework.run_post_filter(state, pod, result.node_statuses, nodes)
-            logger.info("pod %s is unschedulable: %s", pod.key, result.message)
+            message, nominated = result.message, None
+            if framework.plugins.post_filter:
+                post = framework.run_post_filter(state, pod, result.node_statuses, nodes)
+                self._recorder.preemption_attempted()
+                if post.status.ok and post.nominated_node is not None:
+                    self._preemptor.preempt(pod, post, profile)
+                    nominated = post.nominated_node
+                elif post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
+                    message = f"{message} {post.status.message}"
+            logger.info("pod %s is unschedulable: %s", pod.key, message)
             self._failures.failed(
                 queued,
                 profile,
                 started,
                 "unschedulable",
-                result.message,
+                message,
                 unschedulable_plugins=result.unschedulable_plugins,
                 pending_plugins=result.pending_plugins,
                 node_statuses=result.node_statuses,
+                nominated_node=nominated,
             )
             return None
         node = result.node

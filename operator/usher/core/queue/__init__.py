@@ -1,5 +1,6 @@
 """The scheduling queue. Pure."""
 
+from usher.core.queue.nominator import Nominator
 from usher.core.queue.queuedpod import QueuedPod, Where
 from usher.core.queue.queueing import (
     PreEnqueueReporter,
@@ -11,6 +12,7 @@ from usher.core.queue.queueing import (
 )
 
 __all__ = [
+    "Nominator",
     "PreEnqueueReporter",
     "QueueOptions",
     "QueueProfile",

@@ -70,6 +70,7 @@ from usher.core.hints import ClusterEventWithHint, PreQueueingHintResult
 from usher.core.queue.activeq import ActiveQueue, SortKey
 from usher.core.queue.backoffq import BackoffQueue
 from usher.core.queue.inflight import InFlight
+from usher.core.queue.nominator import Nominator
 from usher.core.queue.queuedpod import QueuedPod, Where
 from usher.core.queue.unschedulable import UnschedulablePool
 from usher.core.types import Code, PodInfo, PodKey, QueueingHint, Status
@@ -182,8 +183,11 @@ class SchedulingQueue:
         recorder: QueueRecorder | None = None,
         reporter: PreEnqueueReporter | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        nominator: Nominator | None = None,
     ) -> None:
         self._clock = clock
+        self.nominator = nominator or Nominator()
+        """Pods preemption nominated to a node (kube-scheduler's queue embeds its nominator too)."""
         self._profiles = profiles
         self._options = options or QueueOptions()
         self._recorder: QueueRecorder = recorder or _Silent()
@@ -211,6 +215,7 @@ class SchedulingQueue:
             return
         queued = QueuedPod(pod=pod, timestamp=self._clock.now())
         self._pods[pod.key] = queued
+        self.nominator.update(pod)
         self._to_active_or_gated(queued, POD_ADD.label)
 
     def update(self, old: PodInfo | None, new: PodInfo, events: Sequence[ClusterEvent] = ()) -> None:
@@ -225,6 +230,7 @@ class SchedulingQueue:
             return
         previous = queued.pod
         queued.pod = new
+        self.nominator.update(new)
         if queued.where is Where.IN_FLIGHT:
             for event in events:
                 if self._event_of_interest(event):
@@ -249,6 +255,7 @@ class SchedulingQueue:
 
     def delete(self, key: PodKey) -> QueuedPod | None:
         """The pod is gone, or no longer ours to place (bound, or another scheduler's)."""
+        self.nominator.forget(key)
         queued = self._pods.pop(key, None)
         if queued is None:
             return None
@@ -300,8 +307,14 @@ class SchedulingQueue:
         if self._pods.get(queued.key) is not queued:
             return
         self._in_flight.done(queued.key)
+        self.nominator.forget(queued.key)
         if queued.where is Where.IN_FLIGHT:
             del self._pods[queued.key]
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """Preemption made room for ``pod`` on ``node``: Filter holds it for the pod from now on."""
+        if pod.key in self._pods:
+            self.nominator.nominate(pod, node)
 
     def add_unschedulable(
         self,

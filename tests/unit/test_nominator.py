@@ -1,0 +1,105 @@
+"""Nominated pods: held room on a node (Filter's second pass) and the queue keeping nominations current."""
+
+from __future__ import annotations
+
+from tests.builders import make_node, make_pod
+from tests.frameworks import FakeHandle, scheduling_queue
+from usher.config import default_config
+from usher.core.cache import Cache, NodeList
+from usher.core.clock import FakeClock
+from usher.core.framework.building import build_framework
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.runtime import Framework
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.queue import Nominator
+from usher.core.types import PodInfo
+
+
+def pod(name: str, *, priority: int = 0, cpu: str = "1", nominated: str = "") -> PodInfo:
+    raw = make_pod().name(name).priority(priority).req(cpu=cpu).obj()
+    if nominated:
+        raw["status"]["nominatedNodeName"] = nominated
+    return PodInfo.from_api(raw)
+
+
+def fit_framework(nominator: Nominator) -> Framework:
+    profile = default_config("usher").profiles[0]
+    return build_framework(profile, registry=in_tree_registry(), handle=FakeHandle(), nominated=nominator)
+
+
+def prefiltered(fw: Framework, p: PodInfo, nodes: NodeList) -> CycleState:
+    state = CycleState()
+    assert fw.run_pre_filter(state, p, nodes).status.ok
+    return state
+
+
+def one_node(cpu: str = "2") -> Cache:
+    cache = Cache()
+    cache.add_or_update_node(make_node().name("n1").capacity(cpu=cpu, memory="4Gi", pods=110).obj())
+    return cache
+
+
+def test_a_nominated_pod_of_higher_priority_holds_its_room_against_a_lower_one() -> None:
+    nominator = Nominator()
+    nominator.nominate(pod("preemptor", priority=100, cpu="1500m"), "n1")
+    fw = fit_framework(nominator)
+    nodes = one_node().node_infos()
+    lower = pod("lower", priority=10, cpu="1")
+    [status] = fw.run_filter_nodes(prefiltered(fw, lower, nodes), lower, nodes)
+    assert status is not None and status.reasons == ("Insufficient cpu",)
+    assert fw.filter_node(prefiltered(fw, lower, nodes), lower, nodes[0]) is not None
+    assert nodes[0].requested_cpu == 0, "the nominated pod is counted on a copy, never on the cache's node"
+
+
+def test_a_pod_of_equal_or_higher_priority_and_the_nominated_pod_itself_are_not_held_back_by_it() -> None:
+    nominator = Nominator()
+    preemptor = pod("preemptor", priority=100, cpu="1500m")
+    nominator.nominate(preemptor, "n1")
+    fw = fit_framework(nominator)
+    nodes = one_node().node_infos()
+    assert fw.run_filter_nodes(prefiltered(fw, preemptor, nodes), preemptor, nodes) == [None]
+    # Equal priority still counts the nominated pod (kube-scheduler: priority >= the pod's).
+    peer, higher = pod("peer", priority=100, cpu="1"), pod("higher", priority=200, cpu="1")
+    assert fw.run_filter_nodes(prefiltered(fw, peer, nodes), peer, nodes)[0] is not None
+    assert fw.run_filter_nodes(prefiltered(fw, higher, nodes), higher, nodes) == [None]
+
+
+def test_without_nominations_filter_is_a_single_pass() -> None:
+    fw = fit_framework(Nominator())
+    p, nodes = pod("p", cpu="2"), one_node().node_infos()
+    assert fw.run_filter_nodes(prefiltered(fw, p, nodes), p, nodes) == [None]
+
+
+def test_the_nominator_moves_and_forgets_nominations() -> None:
+    nominator = Nominator()
+    p = pod("p")
+    assert not nominator.any()
+    nominator.nominate(p, "n1")
+    nominator.nominate(p, "n2")
+    assert nominator.nominated_pods("n1") == [] and nominator.nominated_pods("n2") == [p]
+    nominator.forget(p.key)
+    assert not nominator.any() and nominator.node_of(p.key) is None
+
+
+def test_the_queue_takes_the_api_nomination_keeps_its_own_until_the_patch_shows_and_forgets_on_delete_or_bind() -> None:
+    queue = scheduling_queue(FakeClock())
+    queue.add(pod("from-api", nominated="n1"))
+    assert [p.name for p in queue.nominator.nominated_pods("n1")] == ["from-api"]
+    builder = make_pod().name("ours")
+    ours = PodInfo.from_api(builder.obj())
+    queue.add(ours)
+    queue.nominate(ours, "n2")
+    queue.update(ours, PodInfo.from_api(builder.version().obj()))  # newer, without the nominatedNodeName patch yet
+    assert queue.nominator.node_of(ours.key) == "n2"
+    queue.delete(ours.key)
+    assert queue.nominator.node_of(ours.key) is None
+    popped = queue.pop()
+    assert popped is not None and popped.key == pod("from-api").key
+    queue.done(popped)
+    assert not queue.nominator.any()
+
+
+def test_the_queue_nominates_only_pods_it_holds() -> None:
+    queue = scheduling_queue(FakeClock())
+    queue.nominate(pod("gone"), "n1")
+    assert not queue.nominator.any()
