@@ -11,6 +11,7 @@ import kubernetes.config
 import pytest
 
 from e2e.controlplane import Cluster
+from e2e.dra_driver import Driver
 from e2e.usher_process import UsherProcess
 
 
@@ -64,6 +65,15 @@ def usher(control_plane: Cluster, test_id: str) -> Iterator[Callable[..., UsherP
     yield start
     for process in started:
         process.__exit__(None, None, None)
+
+
+@pytest.fixture
+def driver(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Driver]:
+    """The test DRA driver's DeviceClass for this test; its ResourceSlices are removed at the end."""
+    published = Driver(core_api.api_client, f"{test_id[:40]}-gpu")
+    published.publish_class()
+    yield published
+    published.cleanup()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +40,6 @@ pytestmark = pytest.mark.e2e
 
 #: Errors of the test's own API client while the API server or etcd is down.
 OUTAGE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, ConnectionError)
-
-
-@pytest.fixture
-def driver(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Driver]:
-    published = Driver(core_api.api_client, f"{test_id[:40]}-gpu")
-    published.publish_class()
-    yield published
-    published.cleanup()
 
 
 class Burst:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
@@ -22,14 +22,6 @@ from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def driver(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Iterator[Driver]:
-    published = Driver(core_api.api_client, f"{test_id[:40]}-gpu")
-    published.publish_class()
-    yield published
-    published.cleanup()
 
 
 def claim_pod(
