@@ -139,19 +139,52 @@ build_etcd() {
   cd - >/dev/null
 }
 
+# kwok v0.8.0 deletes a pod by name only: when a pod is deleted and another is created at once
+# under the same name (Kubernetes' e2e framework does this), kwok's late delete of the old pod
+# can remove the new one. The harness builds kwok with a UID precondition on that delete.
+KWOK_PATCH_MARK="+usher.uid-delete"
+
+patch_kwok() {
+  local src="$1" file="$1/pkg/kwok/controllers/pod_controller.go"
+  python3 - "$file" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = "\terr := c.typedClient.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, deleteOpt)\n\tif err != nil {\n\t\treturn err\n\t}\n"
+new = (
+    "\topts := deleteOpt\n"
+    "\topts.Preconditions = metav1.NewUIDPreconditions(string(pod.UID))\n"
+    "\terr := c.typedClient.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)\n"
+    "\tif apierrors.IsConflict(err) {\n"
+    "\t\treturn nil // the name belongs to a newer pod now: this one is gone already\n"
+    "\t}\n"
+    "\tif err != nil {\n\t\treturn err\n\t}\n"
+)
+if text.count(old) != 1:
+    sys.exit(f"patch_kwok: the delete call in {path} changed; review the patch")
+text = text.replace(old, new).replace(
+    '\tcorev1 "k8s.io/api/core/v1"\n', '\tcorev1 "k8s.io/api/core/v1"\n\tapierrors "k8s.io/apimachinery/pkg/api/errors"\n', 1
+)
+open(path, "w").write(text)
+PY
+}
+
 build_kwok() {
   local v="$KWOK_VERSION" out="$cache/bin/$KWOK_VERSION"
-  if has_version "$out/kwok" "$v" --version; then log "kwok $v: cached"; return; fi
-  log "kwok $v: building"
+  if has_version "$out/kwok" "$v$KWOK_PATCH_MARK" --version; then log "kwok $v: cached"; return; fi
+  log "kwok $v: building (with the harness's UID-precondition patch)"
   local dir="$work/kwok-$v"
   rm -rf "$dir"; wrapper_module "$dir"
   cd "$dir"
   go get -tool "sigs.k8s.io/kwok/cmd/kwok@$v" >/dev/null
-  mkdir -p "$out"
-  go build "${goflags[@]}" -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok
-  # kwok ships its stage definitions in the module, not in the binary.
   local src
   src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  cp -r "$src" "$dir/kwok-src"; chmod -R u+w "$dir/kwok-src"
+  patch_kwok "$dir/kwok-src"
+  go mod edit -replace "sigs.k8s.io/kwok=./kwok-src"
+  mkdir -p "$out"
+  go build "${goflags[@]}" -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v$KWOK_PATCH_MARK" -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok
+  # kwok ships its stage definitions in the module, not in the binary.
   rm -rf "$out/kwok-stages"; mkdir -p "$out/kwok-stages"
   cp -r "$src/kustomize/stage/." "$out/kwok-stages/"
   chmod -R u+w "$out/kwok-stages"

@@ -209,6 +209,9 @@ NEEDED = {
     "without namespaces list/watch usher never gets ready": Needed(
         "ClusterRole", ("namespaces",), ("list", "watch"), "unready"
     ),
+    "without services list/watch usher never gets ready": Needed(
+        "ClusterRole", ("services",), ("list", "watch"), "unready"
+    ),
     "without pods/binding create nothing is bound": Needed("ClusterRole", ("pods/binding",), ("create",), "binding"),
     "without pods/status patch no condition is written": Needed(
         "ClusterRole", ("pods/status",), ("patch",), "condition"

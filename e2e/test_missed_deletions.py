@@ -49,6 +49,9 @@ class Sink:
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record("poddisruptionbudgets", event_type, raw)
 
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record("services", event_type, raw)
+
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 

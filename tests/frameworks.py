@@ -7,13 +7,14 @@ The binder and waiting-pods ports are the only fakes: everything else
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from usher.config import default_config, parse_config
+from usher.core.cache import DisruptionBudget
 from usher.core.clock import FakeClock
 from usher.core.dra.ports import WriteResult
 from usher.core.dra.state import DraState
@@ -84,8 +85,17 @@ class FakeHandle:
     dra: DraState = field(default_factory=DraState)
     claims: RecordingClaimWriter = field(default_factory=RecordingClaimWriter)
 
+    services: dict[str, list[Mapping[str, str]]] = field(default_factory=dict)
+    budgets: dict[str, list[DisruptionBudget]] = field(default_factory=dict)
+
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)
+
+    def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
+        return self.services.get(namespace, [])
+
+    def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
+        return self.budgets.get(namespace, [])
 
 
 def framework(config: str | Mapping[str, Any] | None = None, *, name: str = "usher") -> Framework:

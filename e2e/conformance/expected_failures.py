@@ -19,10 +19,6 @@ from __future__ import annotations
 NO_PREEMPTION = "no preemption yet"
 NO_GANG = "no gang scheduling yet (PodGroup minCount)"
 NO_GANG_PREEMPTION = "no preemption yet, nor gang scheduling (PodGroup-aware preemption)"
-NO_DEFAULT_SPREAD = (
-    "no PodTopologySpread system default constraints yet (kube-scheduler spreads a Service's or a "
-    "ReplicationController's pods over zones by default)"
-)
 
 EXPECTED_FAILURES: dict[str, str] = {
     "[sig-scheduling] SchedulerPreemption validates basic preemption works [Conformance] [Serial]":
@@ -53,19 +49,12 @@ EXPECTED_FAILURES: dict[str, str] = {
     "[sig-scheduling] GangScheduling [FeatureGate:GenericWorkload] should schedule pods only when quorum is reached "
     "[Beta] [Feature:OffByDefault]":
         NO_GANG,
-    "[sig-scheduling] Multi-AZ Clusters should spread the pods of a service across zones [Serial]":
-        NO_DEFAULT_SPREAD,
-    "[sig-scheduling] Multi-AZ Clusters should spread the pods of a replication controller across zones [Serial]":
-        NO_DEFAULT_SPREAD,
 }  # fmt: skip
 
 #: Entries usher sometimes passes without the feature, when equal node scores happen to
 #: fall its way: such a pass is not reported as "remove it". They leave the list when
 #: the feature lands, like the others.
-PASSES_BY_CHANCE: frozenset[str] = frozenset({
-    "[sig-scheduling] Multi-AZ Clusters should spread the pods of a service across zones [Serial]",
-    "[sig-scheduling] Multi-AZ Clusters should spread the pods of a replication controller across zones [Serial]",
-})  # fmt: skip
+PASSES_BY_CHANCE: frozenset[str] = frozenset()
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = 12
+MAX_ENTRIES = 10

@@ -109,6 +109,9 @@ class PluginHandle:
     def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
         return self.cache.disruption_budgets(namespace)
 
+    def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
+        return self.cache.service_selectors(namespace)
+
 
 def build_scheduler(
     config: SchedulerConfig,

@@ -59,6 +59,9 @@ class Sink:
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self.delivered.append(("poddisruptionbudgets", event_type, raw))
 
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self.delivered.append(("services", event_type, raw))
+
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self.delivered.append((kind, event_type, raw))
 

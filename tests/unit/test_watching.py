@@ -66,6 +66,9 @@ class Sink:
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record("poddisruptionbudget", event_type, raw)
 
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record("service", event_type, raw)
+
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 
@@ -396,4 +399,4 @@ def test_usher_registers_only_event_handlers_so_kopf_has_no_barrier_no_diff_base
     assert not registry._changing.get_all_handlers()
     assert not registry._spawning.get_all_handlers()
     assert not registry._webhooks.get_all_handlers()
-    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 7
+    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 8

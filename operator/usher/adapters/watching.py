@@ -56,6 +56,10 @@ class WatchSink(Protocol):
         """A policy/v1 PodDisruptionBudget (DefaultPreemption counts them)."""
         ...
 
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A Service (its selector shapes PodTopologySpread's default constraints)."""
+        ...
+
     def mark_synced(self) -> None: ...
 
 
@@ -129,6 +133,7 @@ KINDS: tuple[Kind, ...] = (
     ("", "pods"),
     ("", "nodes"),
     ("", "namespaces"),
+    ("", "services"),
     ("policy", "poddisruptionbudgets"),
     *(("resource.k8s.io", plural) for plural in DRA_RESOURCES),
 )
@@ -196,6 +201,7 @@ def register(
         "nodes": sink.on_node,
         "namespaces": sink.on_namespace,
         "poddisruptionbudgets": sink.on_disruption_budget,
+        "services": sink.on_service,
     }
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:

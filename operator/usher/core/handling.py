@@ -7,7 +7,8 @@ Every pod goes to the cache or the queue, never both:
 - unscheduled pods of our scheduler names are queued (Add/Update/Delete);
 - nodes update the cache and raise NodeAdd, NodeDelete or one event per
   detected change (heartbeats raise none);
-- PodDisruptionBudgets are kept in the cache for preemption;
+- PodDisruptionBudgets are kept in the cache for preemption, Service
+  selectors for PodTopologySpread's default constraints;
 - everything else is ignored.
 
 Pods are keyed by namespace/name, but kopf serializes events per object
@@ -183,6 +184,15 @@ class EventHandlers:
             self.cache.remove_disruption_budget(budget.namespace, budget.name)
         else:
             self.cache.set_disruption_budget(budget)
+
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """Service selectors only shape PodTopologySpread's default constraints: no pod is moved by one."""
+        meta = raw.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        if event_type == DELETED:
+            self.cache.remove_service(namespace, name)
+        else:
+            self.cache.set_service(namespace, name, (raw.get("spec") or {}).get("selector"))
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         name = str((raw.get("metadata") or {}).get("name") or "")

@@ -76,6 +76,9 @@ class ClusterEvents:
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._handlers.on_disruption_budget(event_type, raw)
 
+    def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._handlers.on_service(event_type, raw)
+
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         metadata = raw.get("metadata") or {}
         name = str(metadata.get("name") or "")

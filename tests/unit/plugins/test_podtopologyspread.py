@@ -518,13 +518,39 @@ def with_spread(obj: Any, *constraints: dict[str, Any]) -> Any:
             [owned("e1", on="a")],
             owned("p"),
             {"a", "b", "x"},
-            id="System defaulting applies no constraints in usher",
+            id="System defaults only score (ScheduleAnyway): every node stays feasible",
         ),
     ],
 )
 def test_default_constraints(args: dict[str, Any], existing: list[Any], incoming: Any, expected: set[str]) -> None:
     plugin = new(args, FakeHandle())
     assert feasible(plugin, incoming, cluster(ZONES, existing)) == expected
+
+
+SYSTEM_ZONES = [
+    node("a", **{"topology.kubernetes.io/zone": "z1"}),
+    node("b", **{"topology.kubernetes.io/zone": "z1"}),
+    node("x", **{"topology.kubernetes.io/zone": "z2"}),
+]
+
+
+def test_system_defaults_spread_a_replica_sets_pods_over_hosts_and_zones() -> None:
+    existing = [owned("e1", on="a"), owned("e2", on="a"), owned("e3", on="b")]
+    result = scores(new({}, FakeHandle()), owned("p"), cluster(SYSTEM_ZONES, existing))
+    assert result is not None
+    assert result["x"] == 100 and result["a"] < result["b"] < result["x"]
+
+
+def test_system_defaults_spread_the_pods_a_service_selects() -> None:
+    web = {"app": "web"}
+    existing = [pod("e1", on="a", labels=web), pod("e2", on="b", labels=web)]
+    handle = FakeHandle(services={"default": [{"app": "web"}, {"app": "db"}]})
+    result = scores(new({}, handle), pod("p", labels=web), cluster(SYSTEM_ZONES, existing))
+    assert result is not None and result["x"] == 100 and result["a"] < 100
+    # No Service selects it and no controller owns it: no default constraint, PreScore skips.
+    assert scores(new({}, FakeHandle()), pod("p", labels=web), cluster(SYSTEM_ZONES, existing)) is None
+    other = FakeHandle(services={"default": [{"app": "db"}], "elsewhere": [web]})
+    assert scores(new({}, other), pod("p", labels=web), cluster(SYSTEM_ZONES, existing)) is None
 
 
 # -- args -------------------------------------------------------------------------

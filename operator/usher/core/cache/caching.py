@@ -66,6 +66,7 @@ class Cache:
         self._assumed: set[PodKey] = set()
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._budgets: dict[str, dict[str, DisruptionBudget]] = {}
+        self._services: dict[str, dict[str, Mapping[str, str]]] = {}
         self._node_list: NodeList | None = None
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
         self._with_affinity: dict[NodeName, NodeInfo] = {}
@@ -114,6 +115,23 @@ class Cache:
 
     def disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
         return list((self._budgets.get(namespace) or {}).values())
+
+    def set_service(self, namespace: str, name: str, selector: Mapping[str, str] | None) -> None:
+        """A Service's selector; one without (``None``) selects no pod and is not kept."""
+        if selector is None:
+            self.remove_service(namespace, name)
+            return
+        self._services.setdefault(namespace, {})[name] = dict(selector)
+
+    def remove_service(self, namespace: str, name: str) -> None:
+        services = self._services.get(namespace)
+        if services is not None:
+            services.pop(name, None)
+            if not services:
+                del self._services[namespace]
+
+    def service_selectors(self, namespace: str) -> list[Mapping[str, str]]:
+        return list((self._services.get(namespace) or {}).values())
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._namespaces.get(name)

@@ -252,3 +252,6 @@ class _UnconnectedHandle:
 
     def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
         return []
+
+    def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
+        return []

@@ -266,6 +266,10 @@ class Handle(Protocol):
         """The port for ResourceClaim writes (DynamicResources' PreBind)."""
         ...
 
+    def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
+        """The ``spec.selector`` of each Service of a namespace that has one (PodTopologySpread's defaults)."""
+        ...
+
     def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
         """The PodDisruptionBudgets of a namespace, as last watched (DefaultPreemption)."""
         ...

@@ -13,13 +13,12 @@ kube-scheduler's plugin, behaviour for behaviour (1.37):
 - Only pods of the incoming pod's namespace count, terminating pods never;
   ``nodeAffinityPolicy`` (Honor by default) and ``nodeTaintsPolicy``
   (Ignore by default) decide which nodes' domains count.
-- A pod without constraints of its own gets the configured default
-  constraints (``constraints``): with ``defaultingType: List``, spread
-  against its sibling pods when a ReplicaSet, ReplicationController or
-  StatefulSet controls it. ``defaultingType: System`` (the default) applies
-  no constraints in usher: kube-scheduler's system defaults (hostname
-  maxSkew 3, zone maxSkew 5, ScheduleAnyway) need the selectors of the
-  pod's Services and controllers, which usher does not watch.
+- A pod without constraints of its own gets the default constraints
+  (``constraints``): kube-scheduler's system defaults (hostname maxSkew 3,
+  zone maxSkew 5, ScheduleAnyway) with ``defaultingType: System`` (the
+  default), the configured ones with ``List``; spread against the pods its
+  Services select and its ReplicaSet, ReplicationController or StatefulSet
+  controls (see ``constraints`` for how usher deduces the latter).
 
 PreScore needs every node, but usher hands it the feasible ones only, so
 PreFilter keeps the full node list in the cycle state.
@@ -57,8 +56,10 @@ from usher.core.plugins.podtopologyspread.constraints import (
     DO_NOT_SCHEDULE,
     HONOR,
     SCHEDULE_ANYWAY,
+    SYSTEM_DEFAULT_CONSTRAINTS,
     Constraint,
     ConstraintSource,
+    ServiceSelectors,
     has_all_topology_keys,
 )
 from usher.core.plugins.podtopologyspread.filtering import (
@@ -105,10 +106,11 @@ class PodTopologySpread:
 
     name = NAME
 
-    def __init__(self, args: SpreadArgs | None = None) -> None:
+    def __init__(self, args: SpreadArgs | None = None, *, services: ServiceSelectors = lambda namespace: ()) -> None:
         self.args = args or SpreadArgs()
         system = self.args.defaulting_type == SYSTEM_DEFAULTING
-        self.source = ConstraintSource(() if system else self.args.default_constraints, system_defaulted=system)
+        defaults = SYSTEM_DEFAULT_CONSTRAINTS if system else self.args.default_constraints
+        self.source = ConstraintSource(defaults, system_defaulted=system, services=services)
 
     # -- PreFilter / Filter ---------------------------------------------------
 
@@ -246,7 +248,7 @@ def _topology_values_changed(old: Mapping[str, str], new: Mapping[str, str], con
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> PodTopologySpread:
-    return PodTopologySpread(parse_args(args))
+    return PodTopologySpread(parse_args(args), services=handle.service_selectors)
 
 
 _check_pre_filter: type[PreFilterPlugin] = PodTopologySpread

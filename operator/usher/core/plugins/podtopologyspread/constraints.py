@@ -7,17 +7,19 @@ since 1.34, so doing it again is harmless), ``minDomains`` defaults to 1,
 ``nodeAffinityPolicy`` to Honor and ``nodeTaintsPolicy`` to Ignore.
 
 A pod without constraints of its own gets the plugin's default constraints
-with a selector deduced from the pod (kube-scheduler unions the selectors of
-the pod's Services and its ReplicaSet / ReplicationController / StatefulSet).
-usher watches none of those, so ``default_selector`` approximates: a pod
-controlled by one of those three kinds is spread against the pods that carry
-all its labels (minus the labels its controller stamps on each pod
-individually); any other pod gets no default constraints.
+(with ``defaultingType: System``, kube-scheduler's: hostname maxSkew 3 and
+zone maxSkew 5, both ScheduleAnyway) with a selector deduced from the pod, as
+kube-scheduler's ``helper.DefaultSelector`` does: the selectors of the
+Services of its namespace that select it, merged, and the selector of its
+controlling ReplicaSet / ReplicationController / StatefulSet. usher watches
+Services but not those controllers, so for them ``default_selector``
+approximates: the pod's own labels minus the labels its controller stamps on
+each pod individually. A pod with neither gets no default constraints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,15 @@ PER_POD_LABELS = frozenset(
     {"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index", "controller-revision-hash"}
 )
 """Labels a controller sets differently on each of its pods; never part of its selector."""
+
+SYSTEM_DEFAULT_CONSTRAINTS: tuple[Mapping[str, Any], ...] = (
+    {"topologyKey": LABEL_HOSTNAME, "whenUnsatisfiable": SCHEDULE_ANYWAY, "maxSkew": 3},
+    {"topologyKey": LABEL_ZONE, "whenUnsatisfiable": SCHEDULE_ANYWAY, "maxSkew": 5},
+)
+"""kube-scheduler's ``systemDefaultConstraints`` (defaultingType: System)."""
+
+ServiceSelectors = Callable[[str], Sequence[Mapping[str, str]]]
+"""Namespace -> the ``spec.selector`` of each of its Services that has one."""
 
 _OPERATORS_WITH_VALUES = ("In", "NotIn")
 _OPERATORS_WITHOUT_VALUES = ("Exists", "DoesNotExist")
@@ -114,22 +125,32 @@ def parse_constraint(raw: Mapping[str, Any], pod_labels: Mapping[str, str]) -> C
     )
 
 
-def default_selector(pod: PodInfo) -> Mapping[str, Any] | None:
-    """usher's stand-in for kube-scheduler's ``helper.DefaultSelector`` (see the module docstring)."""
+def default_selector(pod: PodInfo, services: Sequence[Mapping[str, str]] = ()) -> Mapping[str, Any] | None:
+    """kube-scheduler's ``helper.DefaultSelector`` (see the module docstring); None when it would be empty."""
+    merged: dict[str, str] = {}
+    for selector in services:
+        if all(pod.labels.get(key) == value for key, value in selector.items()):
+            merged.update(selector)
     owners = (pod.raw.get("metadata") or {}).get("ownerReferences") or []
     controller = next((o for o in owners if o.get("controller")), None)
-    if controller is None or controller.get("kind") not in DEFAULT_SELECTOR_OWNER_KINDS:
-        return None
-    labels = {k: v for k, v in pod.labels.items() if k not in PER_POD_LABELS}
-    return {"matchLabels": labels} if labels else None
+    if controller is not None and controller.get("kind") in DEFAULT_SELECTOR_OWNER_KINDS:
+        merged.update({k: v for k, v in pod.labels.items() if k not in PER_POD_LABELS})
+    return {"matchLabels": merged} if merged else None
 
 
 class ConstraintSource:
     """Which constraints apply to a pod: its own, else the plugin's defaults with a deduced selector."""
 
-    def __init__(self, defaults: Sequence[Mapping[str, Any]] = (), *, system_defaulted: bool = False) -> None:
+    def __init__(
+        self,
+        defaults: Sequence[Mapping[str, Any]] = (),
+        *,
+        system_defaulted: bool = False,
+        services: ServiceSelectors = lambda namespace: (),
+    ) -> None:
         self.defaults = tuple(defaults)
         self.system_defaulted = system_defaulted
+        self._services = services
 
     def for_pod(self, pod: PodInfo, action: str) -> list[Constraint]:
         """The constraints with ``whenUnsatisfiable == action``. Raises SelectorError on a bad selector."""
@@ -139,7 +160,7 @@ class ConstraintSource:
         wanted = [c for c in self.defaults if c.get("whenUnsatisfiable") == action]
         if not wanted:
             return []
-        selector = default_selector(pod)
+        selector = default_selector(pod, self._services(pod.namespace))
         if selector is None:
             return []
         return [
