@@ -46,6 +46,12 @@ class _Handle:
         labels = self._cache.namespace_labels(namespace)
         return dict(labels) if labels is not None else None
 
+    def service_selectors(self, namespace: str) -> Any:
+        return self._cache.service_selectors(namespace)
+
+    def disruption_budgets(self, namespace: str) -> Any:
+        return self._cache.disruption_budgets(namespace)
+
 
 def run(nodes: int, init: int, pods: int, *, profile: bool) -> Cache:
     """Schedule ``init`` then ``pods`` pods (each assumed on its node); the cache they end up in."""
