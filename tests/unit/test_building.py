@@ -22,8 +22,8 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources"]
     assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
     assert [p.name for p in fw.plugins.filter] == [
-        "NodeUnschedulable",
         "NodeName",
+        "NodeUnschedulable",
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
@@ -43,8 +43,9 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.reserve] == ["DynamicResources"]
     assert [p.name for p in fw.plugins.pre_bind] == ["DynamicResources"]
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
-    assert fw.plugins.post_filter == [] and fw.plugins.permit == [] and fw.plugins.post_bind == []
-    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 13
+    assert [p.name for p in fw.plugins.post_filter] == ["DefaultPreemption"]
+    assert fw.plugins.permit == [] and fw.plugins.post_bind == []
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 14
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
 
 

@@ -214,7 +214,10 @@ async def test_an_unschedulable_pod_is_requeued_and_reported_once_a_minute(harne
     assert harness.recorder.attempts == [("unschedulable", "usher")]
     queued = harness.scheduler.queue.get(key)
     assert queued is not None and queued.unschedulable_plugins == {"NodeResourcesFit"}
-    message = "0/1 nodes are available: 1 Insufficient cpu."
+    message = (
+        "0/1 nodes are available: 1 Insufficient cpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
     assert [e["note"] for e in harness.writer.events("FailedScheduling")] == [message]
     assert harness.writer.conditions(key)[-1]["reason"] == "Unschedulable"
     record = harness.scheduler.attempts.last(key)
@@ -319,3 +322,26 @@ async def test_a_deleted_pod_is_forgotten_by_the_writer_and_the_explain_records(
     assert harness.scheduler.attempts.last(key) is None
     assert harness.writer.forgotten == [key]
     assert harness.scheduler.queue.get(key) is None
+
+
+async def test_a_higher_priority_pod_preempts_is_nominated_and_the_victim_is_marked(harness: Harness) -> None:
+    harness.nodes("n1", cpu="2")
+    low = harness.pod(make_pod().name("low").priority(1).node("n1").req(cpu="2").obj())
+    high = harness.pod(make_pod().name("high").priority(100).req(cpu="2").obj())
+
+    await harness.until(lambda: harness.recorder.attempts != [], "the preemptor's attempt fails")
+
+    assert harness.recorder.preemption_attempts == 1 and harness.recorder.victims_chosen == [1]
+    assert harness.scheduler.queue.nominator.node_of(high) == "n1"
+    patches = [c for c in harness.writer.calls if c.call_type == "pod_status_patch"]
+    victim_patch = next(c for c in patches if c.object_key == low).build(None)
+    assert victim_patch is not None and isinstance(victim_patch.body, Mapping)
+    [condition] = victim_patch.body["status"]["conditions"]
+    assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionByScheduler")
+    own = next(c for c in patches if c.object_key == high).build(None)
+    assert own is not None and isinstance(own.body, Mapping) and own.body["status"]["nominatedNodeName"] == "n1"
+    [note] = [e["note"] for e in harness.writer.events("FailedScheduling")]
+    assert note == (
+        "0/1 nodes are available: 1 Insufficient cpu."
+        " preemption: found a potential placement for pod on node n1, preempting 1 victims"
+    )

@@ -11,7 +11,6 @@ by a seeded random choice, so a run can be replayed.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ from usher.core.cache import NodeInfo
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.names import NO_NODES_AVAILABLE
 from usher.core.framework.runtime import Framework
-from usher.core.types import Code, NodeName, PodInfo, Status
+from usher.core.types import Code, NodeName, PodInfo, Status, reason_histogram
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -46,11 +45,8 @@ class ScheduleResult:
             return ""
         if self.status.code is Code.ERROR:
             return self.status.message
-        reasons: Counter[str] = Counter()
-        for status in self.node_statuses.values():
-            reasons.update(status.reasons)
         parts = [f"0/{self.node_count} nodes are available"]
-        detail = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
+        detail = reason_histogram(self.node_statuses.values())
         if self.pre_filter_message:
             parts[0] += f": {self.pre_filter_message}."
             if detail:

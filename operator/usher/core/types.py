@@ -6,7 +6,8 @@ server served; the raw object is kept for plugins that need more.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, NewType
@@ -117,6 +118,17 @@ class PodInfo:
     def assigned(self) -> bool:
         return bool(self.node_name)
 
+    @property
+    def terminating_by_preemption(self) -> bool:
+        """Being deleted, with the ``DisruptionTarget`` condition a scheduler's preemption sets (kube's
+        PodTerminatingByPreemption): its preemptor is waiting for the room it frees."""
+        if not self.deleting:
+            return False
+        for condition in (self.raw.get("status") or {}).get("conditions") or ():
+            if condition.get("type") == "DisruptionTarget":
+                return bool(condition.get("status") == "True" and condition.get("reason") == "PreemptionByScheduler")
+        return False
+
     def is_same_pod(self, obj: Mapping[str, Any] | None) -> bool:
         """Is this API object (a pod event's old or new version) this very pod, by UID?"""
         return ((obj or {}).get("metadata") or {}).get("uid") == self.uid
@@ -177,6 +189,17 @@ class Status:
 
 
 SUCCESS = Status()
+
+
+def reason_histogram(statuses: Iterable[Status], absent: int = 0, absent_reason: str = "") -> str:
+    """kube-scheduler's FitError detail: each reason with how many nodes gave it, sorted as text
+    (``2 Insufficient cpu, 1 node(s) had untolerated taint``); ``absent`` more nodes count ``absent_reason``."""
+    counts: Counter[str] = Counter()
+    for status in statuses:
+        counts.update(status.reasons)
+    if absent > 0:
+        counts[absent_reason] += absent
+    return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
 
 
 def unschedulable(*reasons: str, resolvable: bool = True) -> Status:

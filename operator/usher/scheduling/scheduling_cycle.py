@@ -103,13 +103,13 @@ class SchedulingCycle:
                 self._failures.failed(queued, profile, started, "error", result.status.message)
                 return None
             message, nominated = result.message, None
-            if framework.plugins.post_filter:
+            if framework.plugins.post_filter and nodes:  # no node at all is no FitError: nothing to preempt
                 post = framework.run_post_filter(state, pod, result.node_statuses, nodes)
                 self._recorder.preemption_attempted()
                 if post.status.ok and post.nominated_node is not None:
                     self._preemptor.preempt(pod, post, profile)
                     nominated = post.nominated_node
-                elif post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
+                if post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
                     message = f"{message} {post.status.message}"
             logger.info("pod %s is unschedulable: %s", pod.key, message)
             self._failures.failed(

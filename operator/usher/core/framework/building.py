@@ -55,8 +55,8 @@ from usher.core.types import NodeName, PodInfo, PodKey, Status
 DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.SCHEDULING_GATES),
     PluginRef(names.PRIORITY_SORT),
-    PluginRef(names.NODE_UNSCHEDULABLE),
     PluginRef(names.NODE_NAME),
+    PluginRef(names.NODE_UNSCHEDULABLE),
     PluginRef(names.TAINT_TOLERATION, weight=3),
     PluginRef(names.NODE_AFFINITY, weight=2),
     PluginRef(names.NODE_PORTS),
@@ -64,6 +64,7 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.POD_TOPOLOGY_SPREAD, weight=2),
     PluginRef(names.INTER_POD_AFFINITY, weight=2),
     PluginRef(names.DYNAMIC_RESOURCES),
+    PluginRef(names.DEFAULT_PREEMPTION),
     PluginRef(names.NODE_RESOURCES_BALANCED_ALLOCATION, weight=1),
     PluginRef(names.DEFAULT_BINDER),
 )

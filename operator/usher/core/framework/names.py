@@ -19,9 +19,9 @@ INTER_POD_AFFINITY = "InterPodAffinity"
 DYNAMIC_RESOURCES = "DynamicResources"
 NODE_RESOURCES_BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 DEFAULT_BINDER = "DefaultBinder"
+DEFAULT_PREEMPTION = "DefaultPreemption"
 
 # kube-scheduler's in-tree plugins usher does not implement.
-DEFAULT_PREEMPTION = "DefaultPreemption"
 GANG_SCHEDULING = "GangScheduling"
 IMAGE_LOCALITY = "ImageLocality"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"

@@ -9,6 +9,7 @@ def in_tree_registry() -> Registry:
     """Every plugin usher ships, registered literally (no import-time side effects)."""
     from usher.core.plugins import (
         defaultbinder,
+        defaultpreemption,
         dynamicresources,
         interpodaffinity,
         nodeaffinity,
@@ -36,6 +37,7 @@ def in_tree_registry() -> Registry:
         podtopologyspread,
         interpodaffinity,
         dynamicresources,
+        defaultpreemption,
         balanced,
         defaultbinder,
     ):

@@ -1,0 +1,182 @@
+"""DefaultPreemption: when no node fits, find the node where evicting lower-priority pods makes room. Pure.
+
+kube-scheduler's PostFilter plugin. It decides only: the scheduler nominates
+the pod to the chosen node and evicts the victims (``usher.scheduling.preemption``).
+
+- A pod with ``preemptionPolicy: Never`` never preempts; nor does a pod whose
+  nominated node still has a lower-priority pod terminating by preemption
+  (it is waiting for that room), unless that node became unusable for it.
+- Only nodes whose Filter rejection may be resolved (Unschedulable, not
+  UnschedulableAndUnresolvable) are dry-run, starting at a random offset,
+  until ``max(minCandidateNodesPercentage % of them,
+  minCandidateNodesAbsolute)`` candidates are found, at least one of them
+  breaking no PodDisruptionBudget.
+- The victims on a node and the best candidate are chosen as in ``victims``.
+
+Every message is prefixed ``preemption: `` and appended to the pod's
+FailedScheduling message, as kube-scheduler does.
+
+Not done (see the README): PreFilter's AddPod/RemovePod extensions, so the
+state InterPodAffinity and PodTopologySpread computed at PreFilter still
+counts the victims during the dry run (preemption that only an anti-affinity
+or spread victim's eviction would enable is not found); the
+SchedulerAsyncPreemption PreEnqueue gate.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from usher.core.framework.args import PluginArgsError, reject_unknown_args
+from usher.core.framework.interface import FilterRunner, Handle, PostFilterResult
+from usher.core.framework.names import DEFAULT_PREEMPTION
+from usher.core.plugins.defaultpreemption.victims import Candidate, pick_one, select_victims
+from usher.core.types import Code, PodInfo, Status, reason_histogram
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = DEFAULT_PREEMPTION
+PREFIX = "preemption: "
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NEVER = "Never"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """DefaultPreemptionArgs of kubescheduler.config.k8s.io/v1."""
+
+    min_candidate_nodes_percentage: int = 10
+    min_candidate_nodes_absolute: int = 100
+
+    def candidates_wanted(self, nodes: int) -> int:
+        """How many candidate nodes to find among ``nodes`` potential ones (kube's calculateNumCandidates)."""
+        wanted = max(nodes * self.min_candidate_nodes_percentage // 100, self.min_candidate_nodes_absolute)
+        return min(wanted, nodes)
+
+
+def parse_args(args: Mapping[str, Any]) -> PreemptionArgs:
+    """Validated as kube-scheduler's ValidateDefaultPreemptionArgs does."""
+    reject_unknown_args(args, {"minCandidateNodesPercentage", "minCandidateNodesAbsolute"})
+    defaults = PreemptionArgs()
+    percentage = args.get("minCandidateNodesPercentage", defaults.min_candidate_nodes_percentage)
+    absolute = args.get("minCandidateNodesAbsolute", defaults.min_candidate_nodes_absolute)
+    if not _is_int(percentage) or not 0 <= percentage <= 100:
+        raise PluginArgsError("minCandidateNodesPercentage", f"{percentage!r} not in valid range [0, 100]")
+    if not _is_int(absolute) or absolute < 0:
+        raise PluginArgsError("minCandidateNodesAbsolute", f"{absolute!r} not in valid range [0, inf)")
+    if percentage == 0 and absolute == 0:
+        raise PluginArgsError(
+            "minCandidateNodesPercentage", "cannot be zero at the same time as minCandidateNodesAbsolute"
+        )
+    return PreemptionArgs(percentage, absolute)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class DefaultPreemption:
+    """Picks a node and the victims whose eviction lets the pod fit there."""
+
+    name = NAME
+
+    def __init__(self, args: PreemptionArgs, handle: Handle, rng: random.Random | None = None) -> None:
+        self.args = args
+        self._handle = handle
+        self._rng = rng or random.Random()
+
+    def post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        statuses: Mapping[str, Status],
+        nodes: Sequence[NodeInfo],
+        filters: FilterRunner,
+    ) -> PostFilterResult:
+        result = self._preempt(state, pod, statuses, nodes, filters)
+        status = result.status
+        if status.message:
+            status = Status(status.code, (PREFIX + status.message,), status.plugin, status.cause)
+        return PostFilterResult(status, result.nominated_node, result.victims)
+
+    def _preempt(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        statuses: Mapping[str, Status],
+        nodes: Sequence[NodeInfo],
+        filters: FilterRunner,
+    ) -> PostFilterResult:
+        refusal = self._ineligible(pod, statuses, nodes)
+        if refusal:
+            return PostFilterResult(Status(Code.UNSCHEDULABLE, (refusal,)))
+        if not nodes:
+            return PostFilterResult(Status(Code.ERROR, ("no nodes available",)))
+        # A node absent from ``statuses`` was never evaluated (a PreFilter narrowed the nodes): as in
+        # kube-scheduler, its status is UnschedulableAndUnresolvable and preemption skips it.
+        potential = [n for n in nodes if (s := statuses.get(n.name)) is not None and s.code is Code.UNSCHEDULABLE]
+        candidates, failed = self._dry_run(state, pod, potential, filters) if potential else ([], {})
+        if not candidates:
+            errors = [s for s in failed.values() if s.code is Code.ERROR]
+            if errors:
+                return PostFilterResult(Status(Code.ERROR, errors[0].reasons))
+            return PostFilterResult(Status(Code.UNSCHEDULABLE, (_fit_error(len(nodes), failed),)))
+        best = pick_one(candidates)
+        message = f"found a potential placement for pod on node {best.node}, preempting {len(best.victims)} victims"
+        return PostFilterResult(Status(Code.SUCCESS, (message,)), best.node, best.victims)
+
+    def _ineligible(self, pod: PodInfo, statuses: Mapping[str, Status], nodes: Sequence[NodeInfo]) -> str:
+        """Why ``pod`` may not preempt now ("" if it may): kube's PodEligibleToPreemptOthers."""
+        if pod.preemption_policy == NEVER:
+            return "not eligible due to preemptionPolicy=Never."
+        nominated = pod.nominated_node_name
+        if not nominated:
+            return ""
+        status = statuses.get(nominated)
+        if status is None or status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return ""  # the nominated node cannot take it any more: preempt elsewhere
+        for node in nodes:
+            if node.name == nominated:
+                for other in node.pods.values():
+                    if other.priority < pod.priority and other.terminating_by_preemption:
+                        return "not eligible due to a terminating pod on the nominated node."
+        return ""
+
+    def _dry_run(
+        self, state: CycleState, pod: PodInfo, potential: Sequence[NodeInfo], filters: FilterRunner
+    ) -> tuple[list[Candidate], dict[str, Status]]:
+        """Candidates (those breaking no budget first) and why each other node examined is none."""
+        wanted = self.args.candidates_wanted(len(potential))
+        offset = self._rng.randrange(len(potential))
+        clean: list[Candidate] = []
+        violating: list[Candidate] = []
+        failed: dict[str, Status] = {}
+        budgets = self._handle.disruption_budgets
+        for i in range(len(potential)):
+            node = potential[(offset + i) % len(potential)]
+            candidate, status = select_victims(pod, node, lambda trial: filters.filter_node(state, pod, trial), budgets)
+            if candidate is None:
+                assert status is not None
+                failed[node.name] = status
+                continue
+            found = violating if candidate.budget_violations else clean
+            if len(found) < wanted:
+                found.append(candidate)
+            if clean and len(clean) + len(violating) >= wanted:
+                break
+        return clean + violating, failed
+
+
+def _fit_error(node_count: int, failed: Mapping[str, Status]) -> str:
+    """kube-scheduler's FitError text: why each examined node is no candidate, the rest not helpful."""
+    detail = reason_histogram(failed.values(), node_count - len(failed), NOT_HELPFUL)
+    return f"0/{node_count} nodes are available: {detail}."
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> DefaultPreemption:
+    return DefaultPreemption(parse_args(args), handle)

@@ -1,0 +1,307 @@
+"""DefaultPreemption: victims, candidate nodes and messages as kube-scheduler chooses them.
+
+Each test runs the real default framework: the cycle's Filter rejects every
+node, then PostFilter dry-runs its Filter plugins on copies of the nodes.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from tests.builders import make_node, make_pod
+from tests.frameworks import FakeHandle
+from usher.config import default_config
+from usher.core.cache import Cache, DisruptionBudget
+from usher.core.cycle import schedule
+from usher.core.framework.args import PluginArgsError
+from usher.core.framework.building import build_framework
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.interface import PostFilterResult
+from usher.core.framework.runtime import Framework
+from usher.core.plugins.defaultpreemption import DefaultPreemption, PreemptionArgs, parse_args
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.queue.nominator import Nominator
+from usher.core.types import Code, PodInfo
+
+
+class Cluster:
+    def __init__(self, **budgets: list[DisruptionBudget]) -> None:
+        self.cache = Cache()
+        self.handle = FakeHandle(budgets=dict(budgets))
+        self.nominator = Nominator()
+        self.framework: Framework = build_framework(
+            default_config("usher").profiles[0],
+            registry=in_tree_registry(),
+            handle=self.handle,
+            nominated=self.nominator,
+        )
+
+    def node(self, name: str, cpu: str = "4", **labels: str) -> None:
+        builder = make_node().name(name).capacity(cpu=cpu, memory="8Gi", pods=110)
+        for key, value in labels.items():
+            builder = builder.label(key, value)
+        self.cache.add_or_update_node(builder.obj())
+
+    def running(self, name: str, node: str, priority: int, cpu: str = "1", start: str = "", **labels: str) -> PodInfo:
+        raw = make_pod().name(name).node(node).priority(priority).req(cpu=cpu).obj()
+        raw["metadata"]["labels"] = labels
+        if start:
+            raw["status"]["startTime"] = start
+        pod = PodInfo.from_api(raw)
+        self.cache.add_or_update_pod(pod)
+        return pod
+
+    def preempt(self, pod: PodInfo, plugin: DefaultPreemption | None = None) -> PostFilterResult:
+        """One failed cycle for ``pod``, then PostFilter (the profile's, or ``plugin`` with this framework)."""
+        state = CycleState()
+        nodes = self.cache.node_infos()
+        result = schedule(self.framework, state, pod, nodes, rng=random.Random(0))
+        assert result.node is None, "the pod must not fit anywhere before preemption"
+        if plugin is None:
+            return self.framework.run_post_filter(state, pod, result.node_statuses, nodes)
+        return plugin.post_filter(state, pod, result.node_statuses, nodes, self.framework)
+
+
+def preemptor(cpu: str = "2", priority: int = 100, **spec: Any) -> PodInfo:
+    raw = make_pod().name("high").priority(priority).req(cpu=cpu).obj()
+    raw["spec"].update(spec)
+    return PodInfo.from_api(raw)
+
+
+def victims(result: PostFilterResult) -> list[str]:
+    return [v.name for v in result.victims]
+
+
+def budget(name: str, allowed: int, disrupted: tuple[str, ...] = (), **match: str) -> DisruptionBudget:
+    return DisruptionBudget("default", name, {"matchLabels": match}, allowed, frozenset(disrupted))
+
+
+def test_the_fewest_least_important_pods_are_evicted_and_the_rest_reprieved() -> None:
+    cluster = Cluster()
+    cluster.node("n1")
+    cluster.running("lowest", "n1", 1)
+    cluster.running("low", "n1", 2)
+    cluster.running("mid", "n1", 3, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.status.code is Code.SUCCESS and result.status.plugin == "DefaultPreemption"
+    assert result.nominated_node == "n1"
+    assert victims(result) == ["low", "lowest"]
+    assert result.status.message == "preemption: found a potential placement for pod on node n1, preempting 2 victims"
+
+
+def test_pods_of_equal_or_higher_priority_are_never_victims() -> None:
+    cluster = Cluster()
+    cluster.node("n1")
+    cluster.running("peer", "n1", 100, cpu="2")
+    cluster.running("low", "n1", 1, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert victims(result) == ["low"]
+
+
+def test_the_node_whose_highest_victim_priority_is_lowest_wins() -> None:
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("five", "n1", 5, cpu="2")
+    cluster.running("one-a", "n2", 1)
+    cluster.running("one-b", "n2", 1)
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n2" and sorted(victims(result)) == ["one-a", "one-b"]
+
+
+def test_at_equal_priority_the_node_with_fewer_victims_wins() -> None:
+    # Sums of priorities, offset by 2^31 per victim as kube-scheduler does, favour fewer victims.
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("a", "n1", 1)
+    cluster.running("b", "n1", 1)
+    cluster.running("c", "n2", 1, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n2" and victims(result) == ["c"]
+
+
+def test_at_equal_cost_the_node_whose_victims_started_last_wins() -> None:
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("older", "n1", 1, cpu="2", start="2026-11-01T10:00:00Z")
+    cluster.running("newer", "n2", 1, cpu="2", start="2026-11-20T10:00:00Z")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n2" and victims(result) == ["newer"]
+
+
+def test_a_node_whose_eviction_breaks_no_budget_wins_over_a_cheaper_one_that_does() -> None:
+    cluster = Cluster(default=[budget("guard", 0, app="guarded")])
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("guarded", "n1", 1, cpu="2", app="guarded")
+    cluster.running("free", "n2", 50, cpu="2", app="other")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n2" and victims(result) == ["free"]
+
+
+def test_budget_protected_pods_are_reprieved_first_on_a_node() -> None:
+    cluster = Cluster(default=[budget("guard", 0, app="guarded")])
+    cluster.node("n1", cpu="2")
+    cluster.running("guarded", "n1", 1, app="guarded")
+    cluster.running("plain", "n1", 5)
+
+    result = cluster.preempt(preemptor(cpu="1"))
+
+    # Without the budget the less important pod would go; the budget keeps it and costs the other.
+    assert result.nominated_node == "n1" and victims(result) == ["plain"]
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [budget("spare", 1, app="cheap"), budget("counted", 0, disrupted=("cheap",), app="cheap")],
+    ids=["disruptions left", "pod already counted"],
+)
+def test_a_budget_with_disruptions_left_or_that_already_counted_the_pod_is_not_broken(
+    guard: DisruptionBudget,
+) -> None:
+    cluster = Cluster(default=[guard])
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("cheap", "n1", 1, cpu="2", app="cheap")
+    cluster.running("pricier", "n2", 50, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    # The budget does not break, so the priority-1 victim wins over the priority-50 one.
+    assert result.nominated_node == "n1"
+
+
+def test_a_pod_that_may_not_preempt_says_so() -> None:
+    cluster = Cluster()
+    cluster.node("n1")
+    cluster.running("low", "n1", 1, cpu="4")
+
+    result = cluster.preempt(preemptor(preemptionPolicy="Never"))
+
+    assert result.status.code is Code.UNSCHEDULABLE and result.nominated_node is None
+    assert result.status.message == "preemption: not eligible due to preemptionPolicy=Never."
+
+
+def test_a_pod_waits_while_a_victim_on_its_nominated_node_terminates() -> None:
+    cluster = Cluster()
+    cluster.node("n1")
+    raw = make_pod().name("leaving").node("n1").priority(1).req(cpu="4").obj()
+    raw["metadata"]["deletionTimestamp"] = "2026-11-25T08:00:00Z"
+    raw["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    cluster.cache.add_or_update_pod(PodInfo.from_api(raw))
+    pod = PodInfo.from_api({**preemptor().raw, "status": {"nominatedNodeName": "n1"}})
+
+    result = cluster.preempt(pod)
+
+    assert result.status.message == "preemption: not eligible due to a terminating pod on the nominated node."
+
+
+def test_without_lower_priority_pods_the_message_says_why_node_by_node() -> None:
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.node("off", cpu="8")
+    cluster.cache.add_or_update_node(
+        make_node().name("off").capacity(cpu="8", memory="8Gi", pods=110).unschedulable().obj()
+    )
+    cluster.running("peer-1", "n1", 100, cpu="2")
+    cluster.running("peer-2", "n2", 100, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.status.code is Code.UNSCHEDULABLE and result.victims == ()
+    assert result.status.message == (
+        "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling,"
+        " 2 No preemption victims found for incoming pod."
+    )
+
+
+def test_a_node_where_even_evicting_every_candidate_victim_is_not_enough_is_no_candidate() -> None:
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.running("low", "n1", 1)
+    cluster.running("peer", "n1", 100)
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.status.message == "preemption: 0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_room_held_for_a_nominated_pod_of_higher_priority_is_not_taken() -> None:
+    cluster = Cluster()
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("low-1", "n1", 1, cpu="2")
+    cluster.running("low-2", "n2", 1, cpu="2")
+    waiting = PodInfo.from_api(make_pod().name("vip").priority(1000).req(cpu="2").obj())
+    cluster.nominator.nominate(waiting, "n1")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n2" and victims(result) == ["low-2"]
+
+
+def test_the_dry_run_stops_once_enough_candidates_are_found_from_a_random_offset() -> None:
+    cluster = Cluster()
+    for i in range(6):
+        cluster.node(f"n{i}", cpu="2")
+        cluster.running(f"low-{i}", f"n{i}", 1, cpu="2")
+    one = PreemptionArgs(min_candidate_nodes_percentage=0, min_candidate_nodes_absolute=1)
+    nodes = [n.name for n in cluster.cache.node_infos()]
+
+    for seed in range(4):
+        plugin = DefaultPreemption(one, cluster.handle, random.Random(seed))
+        result = cluster.preempt(preemptor(cpu="2"), plugin)
+        # Every node is as good as any other: the first one examined is the one chosen.
+        assert result.nominated_node == nodes[random.Random(seed).randrange(len(nodes))]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "percentage", "absolute", "wanted"),
+    [(1000, 10, 100, 100), (5000, 10, 100, 500), (50, 10, 100, 50), (10, 50, 0, 5), (10, 0, 3, 3)],
+)
+def test_how_many_candidates_are_wanted(nodes: int, percentage: int, absolute: int, wanted: int) -> None:
+    assert PreemptionArgs(percentage, absolute).candidates_wanted(nodes) == wanted
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "message"),
+    [
+        ({"minCandidateNodesPercentage": 101}, "minCandidateNodesPercentage", "not in valid range [0, 100]"),
+        ({"minCandidateNodesPercentage": -1}, "minCandidateNodesPercentage", "not in valid range [0, 100]"),
+        ({"minCandidateNodesAbsolute": -1}, "minCandidateNodesAbsolute", "not in valid range [0, inf)"),
+        ({"minCandidateNodesAbsolute": "1"}, "minCandidateNodesAbsolute", "not in valid range [0, inf)"),
+        (
+            {"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0},
+            "minCandidateNodesPercentage",
+            "cannot be zero at the same time as minCandidateNodesAbsolute",
+        ),
+        ({"minCandidates": 1}, "minCandidates", "unknown field"),
+    ],
+)
+def test_bad_args_name_the_field(args: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(PluginArgsError) as raised:
+        parse_args(args)
+    assert raised.value.field == field and message in raised.value.message
+
+
+def test_args_default_as_kube_schedulers() -> None:
+    assert parse_args({}) == PreemptionArgs(10, 100)
+    assert parse_args({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 5}) == PreemptionArgs(0, 5)
