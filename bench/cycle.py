@@ -29,6 +29,7 @@ from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.types import PodInfo
+from usher.scheduling.preemption import Evictions
 
 
 class _Handle:
@@ -41,6 +42,7 @@ class _Handle:
     def __init__(self, cache: Cache) -> None:
         self._cache = cache
         self.dra = DraState()
+        self.preemptions = Evictions()
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         labels = self._cache.namespace_labels(namespace)

@@ -23,6 +23,7 @@ from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import QueueOptions, SchedulingQueue
 from usher.core.types import NodeName, PodInfo, PodKey, Status
+from usher.scheduling.preemption import Evictions
 
 
 @dataclass
@@ -87,6 +88,7 @@ class FakeHandle:
 
     services: dict[str, list[Mapping[str, str]]] = field(default_factory=dict)
     budgets: dict[str, list[DisruptionBudget]] = field(default_factory=dict)
+    preemptions: Evictions = field(default_factory=Evictions)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)

@@ -44,7 +44,7 @@ from usher.core.cycle import NodeSampler
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
-from usher.core.framework.interface import Binder
+from usher.core.framework.interface import Binder, PreemptionsInFlight
 from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import FrameworkRecorder
 from usher.core.handling import EventHandlers
@@ -62,7 +62,7 @@ from usher.scheduling.loop import SchedulingLoop, Wakeup
 from usher.scheduling.notready import DEFAULT_DELAY, NotReadyReporter
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
-from usher.scheduling.preemption import Preemptor
+from usher.scheduling.preemption import Evictions, Preemptor
 from usher.scheduling.scheduler import Scheduler
 from usher.scheduling.scheduling_cycle import SchedulingCycle
 from usher.scheduling.waiting_pods import WaitingPods
@@ -102,6 +102,7 @@ class PluginHandle:
     cache: Cache
     dra: DraState
     claims: ClaimWriter
+    preemptions: PreemptionsInFlight
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
@@ -132,7 +133,10 @@ def build_scheduler(
     waiting_pods = WaitingPods()
     nominator = Nominator()
     dra = DraState()
-    handle = PluginHandle(binder=binder, waiting_pods=waiting_pods, cache=cache, dra=dra, claims=claim_writer)
+    evictions = Evictions()
+    handle = PluginHandle(
+        binder=binder, waiting_pods=waiting_pods, cache=cache, dra=dra, claims=claim_writer, preemptions=evictions
+    )
     registry = registry or in_tree_registry()
     frameworks = {
         profile.scheduler_name: build_framework(
@@ -170,7 +174,15 @@ def build_scheduler(
         wake=wakeup,
     )
     rng = random.Random(seed)
-    preemptor = Preemptor(writer=writer, events=events, queue=queue, waiting_pods=waiting_pods, recorder=recorder)
+    preemptor = Preemptor(
+        writer=writer,
+        events=events,
+        queue=queue,
+        waiting_pods=waiting_pods,
+        recorder=recorder,
+        evictions=evictions,
+        wake=wakeup,
+    )
     scheduling = SchedulingCycle(
         frameworks=frameworks,
         cache=cache,
@@ -197,6 +209,7 @@ def build_scheduler(
         cache=cache,
         writer=writer,
         failures=failures,
+        evictions=evictions,
         recorder=recorder,
         synced=synced,
         wake=wakeup,

@@ -19,7 +19,7 @@ def profile(path: str = "profiles[0]", **plugins: PluginList) -> ProfileConfig:
 
 def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     fw = build_framework(profile(), registry=in_tree_registry(), handle=FakeHandle())
-    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources"]
+    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources", "DefaultPreemption"]
     assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
     assert [p.name for p in fw.plugins.filter] == [
         "NodeName",

@@ -21,6 +21,7 @@ import pytest
 from tests.builders import make_node, make_pod
 from tests.frameworks import RecordingClaimWriter
 from usher.adapters.dispatching import ApiCall
+from usher.adapters.kubeapi import ApiResult
 from usher.app import build_scheduler
 from usher.config import default_config
 from usher.core.clock import FakeClock
@@ -345,3 +346,29 @@ async def test_a_higher_priority_pod_preempts_is_nominated_and_the_victim_is_mar
         "0/1 nodes are available: 1 Insufficient cpu."
         " preemption: found a potential placement for pod on node n1, preempting 1 victims"
     )
+
+
+async def test_a_preemptor_is_held_until_its_evictions_return_then_retried_if_an_event_came_meanwhile(
+    harness: Harness,
+) -> None:
+    harness.nodes("n1", cpu="2")
+    low = harness.pod(make_pod().name("low").priority(1).node("n1").req(cpu="2").obj())
+    high = harness.pod(make_pod().name("high").priority(100).req(cpu="2").obj())
+    await harness.until(lambda: harness.recorder.attempts != [], "the preemptor's attempt fails")
+
+    harness.nodes("n2", cpu="4")  # an event that would retry the pod at once: held instead
+    await harness.idle()
+    queued = harness.scheduler.queue.get(high)
+    assert queued is not None and queued.gating_plugin == "DefaultPreemption"
+    assert len(harness.recorder.attempts) == 1
+    uid = queued.pod.uid
+
+    condition = next(c for c in harness.writer.calls if c.call_type == "pod_status_patch" and c.object_key == low)
+    assert condition.on_done is not None
+    condition.on_done(ApiResult(200, {}))
+    delete = next(c for c in harness.writer.calls if c.call_type == "pod_delete")
+    assert delete.object_key == low and delete.on_done is not None
+    delete.on_done(ApiResult(200, {}))
+
+    await harness.until(lambda: len(harness.recorder.attempts) == 2, "the preemptor is retried")
+    assert [e["note"] for e in harness.writer.events("Preempted")] == [f"Preempted by pod {uid} on node n1"]

@@ -20,6 +20,7 @@ from usher.core.handling import EventHandlers
 from usher.core.types import PodKey
 from usher.scheduling.failures import SchedulingFailures
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
+from usher.scheduling.preemption import Evictions
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class ClusterEvents:
         cache: Cache,
         writer: ApiWriter,
         failures: SchedulingFailures,
+        evictions: Evictions,
         recorder: SchedulingRecorder,
         synced: asyncio.Event,
         wake: Callable[[], None],
@@ -43,6 +45,7 @@ class ClusterEvents:
         self._cache = cache
         self._writer = writer
         self._failures = failures
+        self._evictions = evictions
         self._recorder = recorder
         self._synced = synced
         self._wake = wake
@@ -58,6 +61,7 @@ class ClusterEvents:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         if event_type == "DELETED":
             self._failures.forget(PodKey(key))
+            self._evictions.gone(PodKey(key))
             self._writer.forget_object(key)
         else:
             self._writer.sync_object(key, raw)

@@ -16,18 +16,52 @@ dispatcher. A victim already gone is not an error. Each victim gets a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.preempting import disruption_condition_call, victim_delete_call
 from usher.core.framework.interface import PostFilterResult
+from usher.core.framework.names import DEFAULT_PREEMPTION
 from usher.core.queue import SchedulingQueue
-from usher.core.types import PodInfo
+from usher.core.types import PodInfo, PodKey
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
+
+
+class Evictions:
+    """Preemptions in flight (``PreemptionsInFlight``): preemptor UID -> its victim calls still running,
+    and the victims asked to go whose deletion has not been watched yet."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, int] = {}
+        self._victims: set[PodKey] = set()
+
+    def running(self, uid: str) -> bool:
+        return self._calls.get(uid, 0) > 0
+
+    def evicting(self, key: PodKey) -> bool:
+        return key in self._victims
+
+    def started(self, uid: str, victims: Iterable[PodKey]) -> None:
+        keys = list(victims)
+        self._calls[uid] = self._calls.get(uid, 0) + len(keys)
+        self._victims.update(keys)
+
+    def finished(self, uid: str) -> bool:
+        """One victim of ``uid`` is done with; True when it was the last one."""
+        left = self._calls.get(uid, 0) - 1
+        if left > 0:
+            self._calls[uid] = left
+            return False
+        self._calls.pop(uid, None)
+        return True
+
+    def gone(self, key: PodKey) -> None:
+        """The pod was deleted (or its eviction failed): it is nobody's victim any more."""
+        self._victims.discard(key)
 
 
 class Preemptor:
@@ -41,48 +75,68 @@ class Preemptor:
         queue: SchedulingQueue,
         waiting_pods: WaitingPods,
         recorder: SchedulingRecorder,
+        evictions: Evictions,
+        wake: Callable[[], None],
     ) -> None:
         self._writer = writer
         self._events = events
         self._queue = queue
         self._waiting_pods = waiting_pods
         self._recorder = recorder
+        self._evictions = evictions
+        self._wake = wake
+        self._failed: set[str] = set()
 
     def preempt(self, pod: PodInfo, result: PostFilterResult, profile: str) -> None:
         """``result`` nominated a node: hold it for ``pod`` and evict the victims."""
         node = result.nominated_node
         assert node is not None
+        plugin = result.status.plugin or DEFAULT_PREEMPTION
         self._queue.nominate(pod, node)
         self._recorder.preemption_victims_chosen(len(result.victims))
         logger.info(
             "pod %s nominated to %s; preempting %s", pod.key, node, ", ".join(v.key for v in result.victims) or "none"
         )
+        to_delete = []
         for victim in result.victims:
             note = f"Preempted by pod {pod.uid} on node {node}"
             if victim.key in self._waiting_pods:
-                self._waiting_pods.reject(victim.key, result.status.plugin or "DefaultPreemption", "preempted")
+                self._waiting_pods.reject(victim.key, plugin, "preempted")
                 self._events.emit(
                     victim.raw, "Normal", "Preempted", "Preempting", note + " (in usher memory).", profile
                 )
-                continue
+            elif victim.deleting:
+                logger.info("victim %s is already being deleted", victim.key)
+            else:
+                to_delete.append((victim, note))
+        # Until every eviction call has returned, DefaultPreemption's PreEnqueue keeps the pod out of
+        # activeQ (kube-scheduler's asynchronous preemption), so it cannot preempt twice.
+        self._evictions.started(pod.uid, [victim.key for victim, _ in to_delete])
+        for victim, note in to_delete:
             self._writer.add(
-                disruption_condition_call(victim, profile, self._after_condition(victim, note, profile)),
+                disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin)),
                 current=victim.raw,
             )
 
-    def _after_condition(self, victim: PodInfo, note: str, profile: str) -> Callable[[ApiResult], None]:
+    def _after_condition(
+        self, pod: PodInfo, victim: PodInfo, note: str, profile: str, plugin: str
+    ) -> Callable[[ApiResult], None]:
         def done(result: ApiResult) -> None:
             if result.status == 404:
                 logger.info("victim %s is already gone", victim.key)
+                self._finished(pod, victim, plugin, ok=True)
                 return
             if not result.ok:
                 logger.warning("could not mark victim %s as a disruption target: %s", victim.key, result.message)
+                self._finished(pod, victim, plugin, ok=False)
                 return
-            self._writer.add(victim_delete_call(victim, self._after_delete(victim, note, profile)))
+            self._writer.add(victim_delete_call(victim, self._after_delete(pod, victim, note, profile, plugin)))
 
         return done
 
-    def _after_delete(self, victim: PodInfo, note: str, profile: str) -> Callable[[ApiResult], None]:
+    def _after_delete(
+        self, pod: PodInfo, victim: PodInfo, note: str, profile: str, plugin: str
+    ) -> Callable[[ApiResult], None]:
         def done(result: ApiResult) -> None:
             if result.ok:
                 self._events.emit(victim.raw, "Normal", "Preempted", "Preempting", note, profile)
@@ -90,5 +144,21 @@ class Preemptor:
                 logger.info("victim %s is already gone", victim.key)
             else:
                 logger.warning("could not delete victim %s: %s", victim.key, result.message)
+            self._finished(pod, victim, plugin, ok=result.ok or result.status in (404, 409))
 
         return done
+
+    def _finished(self, pod: PodInfo, victim: PodInfo, plugin: str, *, ok: bool) -> None:
+        """One victim is dealt with. After the last, the pod is retried at once if an eviction failed or an
+        event came while it was held (it would otherwise wait for an event that already passed)."""
+        if not ok:
+            self._evictions.gone(victim.key)
+            self._failed.add(pod.uid)
+        if not self._evictions.finished(pod.uid):
+            return
+        failed = pod.uid in self._failed
+        self._failed.discard(pod.uid)
+        queued = self._queue.get(pod.key)
+        if queued is not None and queued.pod.uid == pod.uid and (failed or queued.gating_plugin == plugin):
+            self._queue.activate([pod.key])
+            self._wake()

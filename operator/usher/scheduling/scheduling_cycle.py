@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from usher.core.cache import Cache
 from usher.core.cycle import NodeSampler, schedule
@@ -104,7 +104,11 @@ class SchedulingCycle:
                 return None
             message, nominated = result.message, None
             if framework.plugins.post_filter and nodes:  # no node at all is no FitError: nothing to preempt
-                post = framework.run_post_filter(state, pod, result.node_statuses, nodes)
+                # The nomination in memory is newer than the pod's status.nominatedNodeName (its patch may
+                # still be in flight); kube-scheduler re-reads the pod from its informer for the same reason.
+                held = self._queue.nominator.node_of(pod.key)
+                preemptor = replace(pod, nominated_node_name=held) if held else pod
+                post = framework.run_post_filter(state, preemptor, result.node_statuses, nodes)
                 self._recorder.preemption_attempted()
                 if post.status.ok and post.nominated_node is not None:
                     self._preemptor.preempt(pod, post, profile)

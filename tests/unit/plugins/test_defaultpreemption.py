@@ -24,7 +24,7 @@ from usher.core.framework.runtime import Framework
 from usher.core.plugins.defaultpreemption import DefaultPreemption, PreemptionArgs, parse_args
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue.nominator import Nominator
-from usher.core.types import Code, PodInfo
+from usher.core.types import Code, PodInfo, PodKey
 
 
 class Cluster:
@@ -305,3 +305,32 @@ def test_bad_args_name_the_field(args: dict[str, Any], field: str, message: str)
 def test_args_default_as_kube_schedulers() -> None:
     assert parse_args({}) == PreemptionArgs(10, 100)
     assert parse_args({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 5}) == PreemptionArgs(0, 5)
+
+
+def test_a_pod_whose_evictions_are_in_flight_waits_at_pre_enqueue() -> None:
+    cluster = Cluster()
+    plugin = DefaultPreemption(PreemptionArgs(), cluster.handle)
+    pod = preemptor()
+    assert plugin.pre_enqueue(pod).ok
+
+    cluster.handle.preemptions.started(pod.uid, [PodKey("default/low")])
+    waiting = plugin.pre_enqueue(pod)
+    assert waiting.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert waiting.message == "waiting for the preemption for this pod to be finished"
+
+    assert cluster.handle.preemptions.finished(pod.uid)
+    assert plugin.pre_enqueue(pod).ok
+
+
+def test_a_victim_usher_is_evicting_blocks_a_second_preemption_from_its_nominated_node() -> None:
+    cluster = Cluster()
+    cluster.node("n1")
+    cluster.node("n2")
+    victim = cluster.running("leaving", "n1", 1, cpu="4")
+    cluster.running("other", "n2", 1, cpu="4")
+    pod = PodInfo.from_api({**preemptor().raw, "status": {"nominatedNodeName": "n1"}})
+    cluster.handle.preemptions.started("someone", [victim.key])
+
+    result = cluster.preempt(pod)
+
+    assert result.status.message == "preemption: not eligible due to a terminating pod on the nominated node."

@@ -39,6 +39,7 @@ from usher.core.framework.interface import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreemptionsInFlight,
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
@@ -256,3 +257,15 @@ class _UnconnectedHandle:
 
     def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
         return []
+
+    @property
+    def preemptions(self) -> PreemptionsInFlight:
+        return _NoPreemptions()
+
+
+class _NoPreemptions:
+    def running(self, uid: str) -> bool:
+        return False
+
+    def evicting(self, key: PodKey) -> bool:
+        return False

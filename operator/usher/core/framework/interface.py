@@ -125,6 +125,18 @@ class NominatedPods(Protocol):
         ...
 
 
+class PreemptionsInFlight(Protocol):
+    """What the scheduler is evicting right now (kube-scheduler's preemption Executor, read side)."""
+
+    def running(self, uid: str) -> bool:
+        """Whether the eviction calls of this preemptor's last preemption are still in flight."""
+        ...
+
+    def evicting(self, key: PodKey) -> bool:
+        """Whether this pod is a victim the scheduler asked to evict and has not seen gone yet."""
+        ...
+
+
 class FilterRunner(Protocol):
     """The profile's Filter plugins on one node, for PostFilter's dry runs."""
 
@@ -272,6 +284,11 @@ class Handle(Protocol):
 
     def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
         """The PodDisruptionBudgets of a namespace, as last watched (DefaultPreemption)."""
+        ...
+
+    @property
+    def preemptions(self) -> PreemptionsInFlight:
+        """Evictions in flight (DefaultPreemption's PreEnqueue gate and eligibility)."""
         ...
 
 

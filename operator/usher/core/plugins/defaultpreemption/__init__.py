@@ -5,7 +5,10 @@ the pod to the chosen node and evicts the victims (``usher.scheduling.preemption
 
 - A pod with ``preemptionPolicy: Never`` never preempts; nor does a pod whose
   nominated node still has a lower-priority pod terminating by preemption
-  (it is waiting for that room), unless that node became unusable for it.
+  (or one usher asked to evict and has not seen go), unless that node
+  became unusable for it. While its victims' eviction calls are in flight,
+  PreEnqueue keeps the pod out of activeQ (kube-scheduler's asynchronous
+  preemption).
 - Only nodes whose Filter rejection may be resolved (Unschedulable, not
   UnschedulableAndUnresolvable) are dry-run, starting at a random offset,
   until ``max(minCandidateNodesPercentage % of them,
@@ -19,8 +22,7 @@ FailedScheduling message, as kube-scheduler does.
 Not done (see the README): PreFilter's AddPod/RemovePod extensions, so the
 state InterPodAffinity and PodTopologySpread computed at PreFilter still
 counts the victims during the dry run (preemption that only an anti-affinity
-or spread victim's eviction would enable is not found); the
-SchedulerAsyncPreemption PreEnqueue gate.
+or spread victim's eviction would enable is not found).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import FilterRunner, Handle, PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
 from usher.core.plugins.defaultpreemption.victims import Candidate, pick_one, select_victims
-from usher.core.types import Code, PodInfo, Status, reason_histogram
+from usher.core.types import SUCCESS, Code, PodInfo, Status, reason_histogram
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -44,6 +46,7 @@ NAME = DEFAULT_PREEMPTION
 PREFIX = "preemption: "
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NEVER = "Never"
+WAITING = "waiting for the preemption for this pod to be finished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,12 @@ class DefaultPreemption:
         self.args = args
         self._handle = handle
         self._rng = rng or random.Random()
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """kube-scheduler's asynchronous preemption: a pod whose victims are still being evicted waits."""
+        if self._handle.preemptions.running(pod.uid):
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (WAITING,))
+        return SUCCESS
 
     def post_filter(
         self,
@@ -142,8 +151,9 @@ class DefaultPreemption:
             return ""  # the nominated node cannot take it any more: preempt elsewhere
         for node in nodes:
             if node.name == nominated:
+                evicting = self._handle.preemptions.evicting
                 for other in node.pods.values():
-                    if other.priority < pod.priority and other.terminating_by_preemption:
+                    if other.priority < pod.priority and (other.terminating_by_preemption or evicting(other.key)):
                         return "not eligible due to a terminating pod on the nominated node."
         return ""
 
