@@ -334,3 +334,35 @@ def test_a_victim_usher_is_evicting_blocks_a_second_preemption_from_its_nominate
     result = cluster.preempt(pod)
 
     assert result.status.message == "preemption: not eligible due to a terminating pod on the nominated node."
+
+
+def test_victims_that_a_spread_constraint_counts_are_counted_out_of_the_dry_run() -> None:
+    # kube's e2e "PodTopologySpread Preemption": room for the pod needs one victim, the spread needs two.
+    cluster = Cluster()
+    for name in ("n1", "n2"):
+        cluster.cache.add_or_update_node(
+            make_node()
+            .name(name)
+            .capacity(cpu="10", memory="8Gi", pods=110)
+            .label("kubernetes.io/hostname", name)
+            .obj()
+        )
+    cluster.running("high", "n1", 1000, cpu="9", spread="")
+    for i in range(3):
+        cluster.running(f"low-{i}", "n2", 1, cpu="3", spread="", start=f"2026-11-2{i}T00:00:00Z")
+    raw = preemptor(cpu="3", priority=500).raw
+    raw["metadata"]["labels"] = {"spread": ""}
+    raw["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchExpressions": [{"key": "spread", "operator": "Exists"}]},
+        }
+    ]
+
+    result = cluster.preempt(PodInfo.from_api(raw))
+
+    assert result.nominated_node == "n2"
+    # The two started last go; the one started first (most important at equal priority) stays.
+    assert sorted(victims(result)) == ["low-1", "low-2"]

@@ -22,3 +22,12 @@ class CycleState:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
+
+    def clone(self) -> CycleState:
+        """A copy for a dry run (preemption): a value with a ``clone()`` method is cloned, so PreFilter
+        extensions may change it; any other value is shared and must not be modified."""
+        copy = CycleState()
+        copy._data = {k: v.clone() if hasattr(v, "clone") else v for k, v in self._data.items()}
+        copy.skip_filter_plugins = set(self.skip_filter_plugins)
+        copy.skip_score_plugins = set(self.skip_score_plugins)
+        return copy

@@ -78,6 +78,16 @@ class PreFilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class PreFilterExtensions(Protocol):
+    """A PreFilter plugin whose cycle state counts other pods: it updates that state when a dry run
+    (preemption, nominated pods) adds or removes a pod on a node (kube-scheduler's PreFilterExtensions)."""
+
+    def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None: ...
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None: ...
+
+
+@runtime_checkable
 class FilterPlugin(Plugin, Protocol):
     """Decides whether the pod fits one node."""
 
@@ -144,6 +154,14 @@ class FilterRunner(Protocol):
         """None if ``pod`` fits ``node`` (a modified copy, victims removed) with the nominated pods of
         equal or higher priority on it counted too (kube-scheduler's RunFilterPluginsWithNominatedPods);
         else the first rejection."""
+        ...
+
+    def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
+        """Tell the PreFilter extensions ``added`` now counts on ``node`` (a copy) in ``state`` (a clone)."""
+        ...
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None:
+        """Tell the PreFilter extensions ``removed`` no longer counts on ``node`` in ``state``."""
         ...
 
 

@@ -34,6 +34,7 @@ from usher.core.framework.interface import (
     PostFilterResult,
     PreBindPlugin,
     PreEnqueuePlugin,
+    PreFilterExtensions,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -146,6 +147,7 @@ class Framework:
         self._filters = [
             (p.name, p.filter, p.filter_nodes if isinstance(p, BatchFilterPlugin) else None) for p in plugins.filter
         ]
+        self._extensions = [p for p in plugins.pre_filter if isinstance(p, PreFilterExtensions)]
         self._scorers = [
             (
                 p,
@@ -225,6 +227,16 @@ class Framework:
         """``FilterRunner`` for PostFilter's dry runs: one node, nominated pods counted, None if it fits."""
         return self.run_filter_nodes(state, pod, [node])[0]
 
+    def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
+        for plugin in self._extensions:
+            if plugin.name not in state.skip_filter_plugins:
+                plugin.add_pod(state, pod, added, node)
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None:
+        for plugin in self._extensions:
+            if plugin.name not in state.skip_filter_plugins:
+                plugin.remove_pod(state, pod, removed, node)
+
     def _with_nominated(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status | None:
         """The pass with the nominated pods of ``pod``'s priority or higher added to a copy of ``node``."""
         assert self._nominated is not None
@@ -236,8 +248,11 @@ class Framework:
         if not ahead:
             return None
         crowded = node.clone()
+        if self._extensions:
+            state = state.clone()
         for other in ahead:
             crowded.add_pod(other)
+            self.add_pod(state, pod, other, crowded)
         return self._run_filters(state, pod, [crowded])[0]
 
     def _run_filters(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:

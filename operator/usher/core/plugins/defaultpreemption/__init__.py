@@ -19,10 +19,10 @@ the pod to the chosen node and evicts the victims (``usher.scheduling.preemption
 Every message is prefixed ``preemption: `` and appended to the pod's
 FailedScheduling message, as kube-scheduler does.
 
-Not done (see the README): PreFilter's AddPod/RemovePod extensions, so the
-state InterPodAffinity and PodTopologySpread computed at PreFilter still
-counts the victims during the dry run (preemption that only an anti-affinity
-or spread victim's eviction would enable is not found).
+Each dry run works on a copy of the node and a clone of the cycle state,
+which the PreFilter extensions (PodTopologySpread's) keep in step as victims
+are removed and given back. Not done (see the README): InterPodAffinity has
+no extensions yet, so its PreFilter state still counts the victims.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class DefaultPreemption:
         budgets = self._handle.disruption_budgets
         for i in range(len(potential)):
             node = potential[(offset + i) % len(potential)]
-            candidate, status = select_victims(pod, node, lambda trial: filters.filter_node(state, pod, trial), budgets)
+            candidate, status = select_victims(pod, node, _Trial(state, pod, node, filters), budgets)
             if candidate is None:
                 assert status is not None
                 failed[node.name] = status
@@ -180,6 +180,27 @@ class DefaultPreemption:
             if clean and len(clean) + len(violating) >= wanted:
                 break
         return clean + violating, failed
+
+
+class _Trial:
+    """One node's dry run: a copy of it and of the cycle state, kept in step by the PreFilter extensions."""
+
+    def __init__(self, state: CycleState, pod: PodInfo, node: NodeInfo, filters: FilterRunner) -> None:
+        self._state = state.clone()
+        self._pod = pod
+        self._node = node.clone()
+        self._filters = filters
+
+    def remove(self, victim: PodInfo) -> None:
+        self._node.remove_pod(victim.key)
+        self._filters.remove_pod(self._state, self._pod, victim, self._node)
+
+    def add(self, victim: PodInfo) -> None:
+        self._node.add_pod(victim)
+        self._filters.add_pod(self._state, self._pod, victim, self._node)
+
+    def fits(self) -> Status | None:
+        return self._filters.filter_node(self._state, self._pod, self._node)
 
 
 def _fit_error(node_count: int, failed: Mapping[str, Status]) -> str:

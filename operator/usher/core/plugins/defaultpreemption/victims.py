@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from usher.core.cache import DisruptionBudget, NodeInfo
 from usher.core.types import Code, NodeName, PodInfo, Status
@@ -29,8 +30,17 @@ from usher.core.types import Code, NodeName, PodInfo, Status
 NO_VICTIMS = "No preemption victims found for incoming pod"
 MAX_INT32 = 2**31 - 1
 
-Fits = Callable[[NodeInfo], Status | None]
-"""The preemptor's Filter dry run on a (modified) node: None if it fits, else the rejection."""
+
+class Trial(Protocol):
+    """A copy of one node (with a clone of the cycle state) to remove and add pods on, and the
+    preemptor's Filter on it: None if it fits, else the rejection."""
+
+    def remove(self, pod: PodInfo) -> None: ...
+
+    def add(self, pod: PodInfo) -> None: ...
+
+    def fits(self) -> Status | None: ...
+
 
 Budgets = Callable[[str], Sequence[DisruptionBudget]]
 """A namespace's PodDisruptionBudgets."""
@@ -88,26 +98,25 @@ def split_by_budgets(victims: Sequence[PodInfo], budgets: Budgets) -> tuple[list
 
 
 def select_victims(
-    preemptor: PodInfo, node: NodeInfo, fits: Fits, budgets: Budgets
+    preemptor: PodInfo, node: NodeInfo, trial: Trial, budgets: Budgets
 ) -> tuple[Candidate | None, Status | None]:
     """The fewest, least important victims on ``node`` (a candidate), or why preemption cannot help there."""
     possible = sorted((p for p in node.pods.values() if p.priority < preemptor.priority), key=importance)
     if not possible:
         return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_VICTIMS,))
-    trial = node.clone()
     for pod in possible:
-        trial.remove_pod(pod.key)
-    rejection = fits(trial)
+        trial.remove(pod)
+    rejection = trial.fits()
     if rejection is not None:
         return None, rejection
     violating, rest = split_by_budgets(possible, budgets)
     victims: list[PodInfo] = []
 
     def reprieve(pod: PodInfo) -> bool:
-        trial.add_pod(pod)
-        if fits(trial) is None:
+        trial.add(pod)
+        if trial.fits() is None:
             return True
-        trial.remove_pod(pod.key)
+        trial.remove(pod)
         victims.append(pod)
         return False
 

@@ -133,6 +133,18 @@ class PodTopologySpread:
             return error(f"reading {PRE_FILTER_STATE_KEY!r} from cycleState: not found")
         return filter_node(pre, pod, node)
 
+    # -- PreFilter extensions (preemption's dry runs, nominated pods) ------------
+
+    def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
+        pre: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
+        if pre is not None:
+            pre.update(pod, added, node, +1)
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None:
+        pre: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
+        if pre is not None:
+            pre.update(pod, removed, node, -1)
+
     # -- PreScore / Score / NormalizeScore --------------------------------------
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:

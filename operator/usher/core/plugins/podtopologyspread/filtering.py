@@ -45,6 +45,22 @@ class PreFilterState:
     """Per constraint: topology value -> matching pods in that domain (eligible domains only)."""
     min_match: list[int]
 
+    def clone(self) -> PreFilterState:
+        """For a dry run: the counts copied (the constraints are immutable)."""
+        return PreFilterState(self.constraints, [dict(c) for c in self.counts], list(self.min_match))
+
+    def update(self, preemptor: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
+        """``other`` is added (+1) or removed (-1) on ``node`` (kube-scheduler's updateWithPod)."""
+        if other.namespace != preemptor.namespace or not has_all_topology_keys(node.labels, self.constraints):
+            return
+        affinity_ok, taints_ok = Inclusion(preemptor, self.constraints).for_node(node)
+        for i, constraint in enumerate(self.constraints):
+            if not included(constraint, affinity_ok, taints_ok) or not constraint.matches(other.labels):
+                continue
+            value = node.labels[constraint.topology_key]
+            self.counts[i][value] = self.counts[i].get(value, 0) + delta
+            self.min_match[i] = min(self.counts[i].values(), default=_NO_DOMAIN)
+
     def global_min(self, index: int) -> int:
         """The smallest domain count, or 0 while fewer than ``minDomains`` domains are eligible."""
         if len(self.counts[index]) < self.constraints[index].min_domains:
