@@ -16,27 +16,10 @@ label list (``[sig-scheduling] <container> <spec>``).
 
 from __future__ import annotations
 
-NO_PREEMPTION = "no preemption yet"
 NO_GANG = "no gang scheduling yet (PodGroup minCount)"
-NO_GANG_PREEMPTION = "no preemption yet, nor gang scheduling (PodGroup-aware preemption)"
+NO_GANG_PREEMPTION = "no gang scheduling yet, so no PodGroup-aware preemption"
 
 EXPECTED_FAILURES: dict[str, str] = {
-    "[sig-scheduling] SchedulerPreemption validates basic preemption works [Conformance] [Serial]":
-        NO_PREEMPTION,
-    "[sig-scheduling] SchedulerPreemption validates lower priority pod preemption by critical pod "
-    "[Conformance] [Serial]":
-        NO_PREEMPTION,
-    "[sig-scheduling] SchedulerPreemption validates pod disruption condition is added to the preempted pod "
-    "[Conformance] [Serial]":
-        NO_PREEMPTION,
-    "[sig-scheduling] SchedulerPreemption PreemptionExecutionPath runs ReplicaSets to verify preemption running path "
-    "[Conformance] [Serial]":
-        NO_PREEMPTION,
-    "[sig-scheduling] SchedulerPreemption PodTopologySpread Preemption validates proper pods are preempted [Serial]":
-        NO_PREEMPTION,
-    "[sig-scheduling] SchedulerPreemption validates various priority Pods preempt expectedly with the async "
-    "preemption [Feature:SchedulerAsyncPreemption] [FeatureGate:SchedulerAsyncPreemption] [Beta] [Serial]":
-        NO_PREEMPTION,
     "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
     "entire group with All disruption mode by a pod group [Beta] [Feature:OffByDefault]":
         NO_GANG_PREEMPTION,
@@ -57,4 +40,4 @@ EXPECTED_FAILURES: dict[str, str] = {
 PASSES_BY_CHANCE: frozenset[str] = frozenset()
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = 10
+MAX_ENTRIES = 4
