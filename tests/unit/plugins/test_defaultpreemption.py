@@ -366,3 +366,58 @@ def test_victims_that_a_spread_constraint_counts_are_counted_out_of_the_dry_run(
     assert result.nominated_node == "n2"
     # The two started last go; the one started first (most important at equal priority) stays.
     assert sorted(victims(result)) == ["low-1", "low-2"]
+
+
+def hostname_nodes(cluster: Cluster, *names: str, cpu: str = "2") -> None:
+    for name in names:
+        cluster.cache.add_or_update_node(
+            make_node().name(name).capacity(cpu=cpu, memory="8Gi", pods=110).label("kubernetes.io/hostname", name).obj()
+        )
+
+
+def with_pod_affinity(pod: PodInfo, kind: str, **match: str) -> PodInfo:
+    raw = dict(pod.raw)
+    term = {"labelSelector": {"matchLabels": match}, "topologyKey": "kubernetes.io/hostname"}
+    raw["spec"] = {**raw["spec"], "affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    return PodInfo.from_api(raw)
+
+
+def test_a_victim_the_pod_has_anti_affinity_to_is_evicted_to_make_room() -> None:
+    cluster = Cluster()
+    hostname_nodes(cluster, "n1")
+    cluster.running("web", "n1", 1, app="web")
+
+    result = cluster.preempt(with_pod_affinity(preemptor(cpu="1"), "podAntiAffinity", app="web"))
+
+    assert result.nominated_node == "n1" and victims(result) == ["web"]
+
+
+def test_a_pod_is_not_placed_by_evicting_the_pod_its_affinity_needs() -> None:
+    # As kube-scheduler: all lower-priority pods are removed first, and without "db" the affinity fails.
+    cluster = Cluster()
+    hostname_nodes(cluster, "n1", "n2")
+    cluster.running("db", "n1", 1, app="db")
+    cluster.running("filler", "n1", 1)
+    cluster.running("other", "n2", 1, cpu="2")
+
+    result = cluster.preempt(with_pod_affinity(preemptor(cpu="1"), "podAffinity", app="db"))
+
+    assert result.nominated_node is None
+    # n2 failed on cpu first (NodeResourcesFit runs before InterPodAffinity), so it is tried too.
+    assert result.status.message == "preemption: 0/2 nodes are available: 2 node(s) didn't match pod affinity rules."
+
+
+def test_a_victim_whose_anti_affinity_rejects_the_pod_is_evicted_to_make_room() -> None:
+    cluster = Cluster()
+    hostname_nodes(cluster, "n1")
+    loner = with_pod_affinity(preemptor(cpu="1"), "podAntiAffinity", app="high")
+    raw = dict(loner.raw)
+    raw["metadata"] = {**raw["metadata"], "name": "loner", "uid": "loner-uid"}
+    raw["spec"] = {**raw["spec"], "nodeName": "n1", "priority": 1}
+    cluster.cache.add_or_update_pod(PodInfo.from_api(raw))
+    pod = preemptor(cpu="1")
+    pod = PodInfo.from_api({**pod.raw, "metadata": {**pod.raw["metadata"], "labels": {"app": "high"}}})
+
+    result = cluster.preempt(pod)
+
+    assert result.nominated_node == "n1" and victims(result) == ["loner"]

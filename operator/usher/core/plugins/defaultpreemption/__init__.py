@@ -20,9 +20,8 @@ Every message is prefixed ``preemption: `` and appended to the pod's
 FailedScheduling message, as kube-scheduler does.
 
 Each dry run works on a copy of the node and a clone of the cycle state,
-which the PreFilter extensions (PodTopologySpread's) keep in step as victims
-are removed and given back. Not done (see the README): InterPodAffinity has
-no extensions yet, so its PreFilter state still counts the victims.
+which the PreFilter extensions (PodTopologySpread's and InterPodAffinity's)
+keep in step as victims are removed and given back.
 """
 
 from __future__ import annotations

@@ -139,6 +139,19 @@ class InterPodAffinity:
             return error(f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState')
         return filter_node(computed, node)
 
+    # -- PreFilter extensions (preemption's dry runs, nominated pods) ------------
+
+    def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
+        self._update(state, pod, added, node, +1)
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None:
+        self._update(state, pod, removed, node, -1)
+
+    def _update(self, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
+        computed = state.get(PRE_FILTER_STATE_KEY)
+        if isinstance(computed, PreFilterState):
+            computed.update(pod, other, node, delta, self._terms, NamespaceLabelsCache(self._handle.namespace_labels))
+
     # -- scoring ---------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:

@@ -66,6 +66,56 @@ class PreFilterState:
     def has_work(self) -> bool:
         return self.terms.has_required or bool(self.existing_anti_affinity_counts)
 
+    def clone(self) -> PreFilterState:
+        """For a dry run (preemption, nominated pods): the counts copied, the terms shared."""
+        return PreFilterState(
+            terms=self.terms,
+            affinity_counts=dict(self.affinity_counts),
+            anti_affinity_counts=dict(self.anti_affinity_counts),
+            existing_anti_affinity_counts=dict(self.existing_anti_affinity_counts),
+            existing_anti_affinity_keys=self.existing_anti_affinity_keys,
+            matches_own_affinity=self.matches_own_affinity,
+        )
+
+    def update(
+        self,
+        pod: PodInfo,
+        other: PodInfo,
+        node: NodeInfo,
+        delta: int,
+        cache: TermsCache,
+        ns_labels_of: NamespaceLabelsOf,
+    ) -> None:
+        """``other`` is added (+1) or removed (-1) on ``node`` (kube-scheduler's updateWithPod)."""
+        labels = node.labels
+        if other.has_required_anti_affinity:
+            pod_ns_labels = ns_labels_of(pod.namespace) or {}
+            for term in cache.get(other).required_anti_affinity:
+                if term.matches_pod(pod, lambda _: pod_ns_labels):
+                    _add(self.existing_anti_affinity_counts, labels, term.topology_key, delta)
+                    if delta > 0 and term.topology_key not in self.existing_anti_affinity_keys:
+                        self.existing_anti_affinity_keys = self.existing_anti_affinity_keys | {term.topology_key}
+        affinity = self.terms.required_affinity
+        if affinity and all(t.matches(other.namespace, other.labels, ns_labels_of) for t in affinity):
+            for term in affinity:
+                _add(self.affinity_counts, labels, term.topology_key, delta)
+        for term in self.terms.required_anti_affinity:
+            if term.matches(other.namespace, other.labels, ns_labels_of):
+                _add(self.anti_affinity_counts, labels, term.topology_key, delta)
+
+
+def _add(counts: dict[TopologyPair, int], labels: Mapping[str, str], key: str, delta: int) -> None:
+    """Change a pair's count; a pair at zero is dropped (an empty dict means "no pod matches anywhere")."""
+    value = labels.get(key)
+    if value is None:
+        return
+    pair = (key, value)
+    left = counts.get(pair, 0) + delta
+    if left > 0:
+        counts[pair] = left
+    else:
+        counts.pop(pair, None)
+
 
 def _count(counts: dict[TopologyPair, int], labels: Mapping[str, str], key: str) -> None:
     value = labels.get(key)
