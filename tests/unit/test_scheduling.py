@@ -372,3 +372,20 @@ async def test_a_preemptor_is_held_until_its_evictions_return_then_retried_if_an
 
     await harness.until(lambda: len(harness.recorder.attempts) == 2, "the preemptor is retried")
     assert [e["note"] for e in harness.writer.events("Preempted")] == [f"Preempted by pod {uid} on node n1"]
+
+
+async def test_a_nomination_preemption_can_no_longer_honour_is_cleared(harness: Harness) -> None:
+    harness.nodes("n1", cpu="2")
+    harness.pod(make_pod().name("peer").priority(100).node("n1").req(cpu="2").obj())
+    raw = make_pod().name("high").priority(100).req(cpu="2").obj()
+    raw["status"]["nominatedNodeName"] = "n1"
+    key = harness.pod(raw)
+    harness.scheduler.queue.nominate(PodInfo.from_api(raw), "n1")
+
+    await harness.until(lambda: harness.recorder.attempts != [], "the attempt fails")
+
+    assert harness.scheduler.queue.nominator.node_of(key) is None
+    patch = next(c for c in harness.writer.calls if c.call_type == "pod_status_patch" and c.object_key == key)
+    request = patch.build(raw)
+    assert request is not None and isinstance(request.body, Mapping)
+    assert request.body["status"]["nominatedNodeName"] is None

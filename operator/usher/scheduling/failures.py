@@ -47,15 +47,17 @@ class FailureReporter:
     def report(
         self, pod: Mapping[str, Any], message: str, profile: str | None = None, nominated_node: str | None = None
     ) -> None:
-        """``nominated_node``: preemption's nomination, written with the condition (kube-scheduler's updatePod)."""
+        """``nominated_node``: preemption's nomination, written with the condition (kube-scheduler's updatePod):
+        None leaves ``status.nominatedNodeName`` as it is, "" clears it, a name sets it."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
 
         def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
             patch = condition_patch(current, kind="PodScheduled", status="False", reason=UNSCHEDULABLE, message=message)
-            if nominated_node and ((current or {}).get("status") or {}).get("nominatedNodeName") != nominated_node:
+            held = ((current or {}).get("status") or {}).get("nominatedNodeName") or ""
+            if nominated_node is not None and held != nominated_node:
                 patch = patch or {"status": {}}
-                patch["status"]["nominatedNodeName"] = nominated_node
+                patch["status"]["nominatedNodeName"] = nominated_node or None
             return patch
 
         self._writer.add(pod_status_call(pod, patch_for), current=pod)
@@ -108,7 +110,8 @@ class SchedulingFailures:
         nominated_node: str | None = None,
     ) -> None:
         """``result`` is ``unschedulable`` or ``error``; ``started`` is the attempt's timer reading;
-        ``nominated_node``: where preemption made room for the pod."""
+        ``nominated_node``: where preemption made room for the pod ("" when it found none: the nomination
+        is cleared; None: left as it is)."""
         self._attempts.failed(
             queued.key,
             AttemptRecord.of(

@@ -102,7 +102,8 @@ class SchedulingCycle:
                 logger.error("scheduling pod %s failed: %s", pod.key, result.status.message)
                 self._failures.failed(queued, profile, started, "error", result.status.message)
                 return None
-            message, nominated = result.message, None
+            # kube-scheduler clears a nomination when no PostFilter runs or preemption finds no node.
+            message, nominated = result.message, "" if not framework.plugins.post_filter else None
             if framework.plugins.post_filter and nodes:  # no node at all is no FitError: nothing to preempt
                 # The nomination in memory is newer than the pod's status.nominatedNodeName (its patch may
                 # still be in flight); kube-scheduler re-reads the pod from its informer for the same reason.
@@ -113,8 +114,12 @@ class SchedulingCycle:
                 if post.status.ok and post.nominated_node is not None:
                     self._preemptor.preempt(pod, post, profile)
                     nominated = post.nominated_node
+                elif post.clear_nomination:
+                    nominated = ""
                 if post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
                     message = f"{message} {post.status.message}"
+            if nominated == "":
+                self._queue.nominator.forget(pod.key)
             logger.info("pod %s is unschedulable: %s", pod.key, message)
             self._failures.failed(
                 queued,

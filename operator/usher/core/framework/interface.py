@@ -121,6 +121,8 @@ class PostFilterResult:
     status: Status
     nominated_node: NodeName | None = None
     victims: tuple[PodInfo, ...] = ()
+    clear_nomination: bool = False
+    """No node can take the pod even with preemption: drop its nomination (kube's ModeOverride with "")."""
 
 
 class NominatedPods(Protocol):

@@ -312,7 +312,9 @@ class Framework:
             self._recorder.plugin(
                 plugin.name, "PostFilter", status_label(answer.status), self._timer() - plugin_started
             )
-            result = PostFilterResult(answer.status.with_plugin(plugin.name), answer.nominated_node, answer.victims)
+            result = PostFilterResult(
+                answer.status.with_plugin(plugin.name), answer.nominated_node, answer.victims, answer.clear_nomination
+            )
             if answer.status.ok or answer.status.code is Code.ERROR:
                 break
         label = status_label(result.status)

@@ -110,7 +110,7 @@ class DefaultPreemption:
         status = result.status
         if status.message:
             status = Status(status.code, (PREFIX + status.message,), status.plugin, status.cause)
-        return PostFilterResult(status, result.nominated_node, result.victims)
+        return PostFilterResult(status, result.nominated_node, result.victims, result.clear_nomination)
 
     def _preempt(
         self,
@@ -133,7 +133,9 @@ class DefaultPreemption:
             errors = [s for s in failed.values() if s.code is Code.ERROR]
             if errors:
                 return PostFilterResult(Status(Code.ERROR, errors[0].reasons))
-            return PostFilterResult(Status(Code.UNSCHEDULABLE, (_fit_error(len(nodes), failed),)))
+            return PostFilterResult(
+                Status(Code.UNSCHEDULABLE, (_fit_error(len(nodes), failed),)), clear_nomination=True
+            )
         best = pick_one(candidates)
         message = f"found a potential placement for pod on node {best.node}, preempting {len(best.victims)} victims"
         return PostFilterResult(Status(Code.SUCCESS, (message,)), best.node, best.victims)
