@@ -231,6 +231,7 @@ def build_scheduler(
         attempts=attempts,
         events=cluster_events,
         loop=loop,
+        evictions=evictions,
         synced=synced,
     )
 

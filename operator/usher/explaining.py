@@ -51,6 +51,10 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
         report["backoffExpiresInSeconds"] = round(max(0.0, queued.backoff_expiry - now), 3)
     if queued.gated:
         report["rejectedBy"] = [{"plugin": queued.gating_plugin, "messages": [queued.gating_message]}]
+    nominated = scheduler.queue.nominator.node_of(key)
+    if nominated is not None:
+        report["nominatedNode"] = nominated
+        report["waitingForVictims"] = scheduler.evictions.victims_of(queued.pod.uid)
     attempt = scheduler.attempts.last(key)
     if attempt is not None:
         if not queued.gated:
@@ -104,6 +108,10 @@ def render(report: dict[str, Any]) -> str:
     )
     if "backoffExpiresInSeconds" in report:
         lines.append(f"  backing off: retried in {report['backoffExpiresInSeconds']}s")
+    if "nominatedNode" in report:
+        victims = report["waitingForVictims"]
+        waiting = f"; waiting for its victims to go: {', '.join(victims)}" if victims else ""
+        lines.append(f"  nominated to node {report['nominatedNode']} (preemption made room there){waiting}")
     for rejection in report.get("rejectedBy", []):
         messages = "; ".join(m for m in rejection["messages"] if m) or "(no message)"
         lines.append(f"  held back by {rejection['plugin']}: {messages}")

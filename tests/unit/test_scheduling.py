@@ -26,6 +26,7 @@ from usher.app import build_scheduler
 from usher.config import default_config
 from usher.core.clock import FakeClock
 from usher.core.types import Cause, NodeName, PodInfo, PodKey, Status, error
+from usher.explaining import explain, render
 from usher.features import parse_feature_gates
 from usher.scheduling.scheduler import Scheduler
 
@@ -389,3 +390,20 @@ async def test_a_nomination_preemption_can_no_longer_honour_is_cleared(harness: 
     request = patch.build(raw)
     assert request is not None and isinstance(request.body, Mapping)
     assert request.body["status"]["nominatedNodeName"] is None
+
+
+async def test_explain_shows_the_nomination_and_the_victims_still_to_go(harness: Harness) -> None:
+    harness.nodes("n1", cpu="2")
+    low_raw = make_pod().name("low").priority(1).node("n1").req(cpu="2").obj()
+    low = harness.pod(low_raw)
+    high = harness.pod(make_pod().name("high").priority(100).req(cpu="2").obj())
+    await harness.until(lambda: harness.recorder.attempts != [], "the preemptor's attempt fails")
+
+    report = explain(harness.scheduler, high)
+    assert report["nominatedNode"] == "n1" and report["waitingForVictims"] == [low]
+    assert "  nominated to node n1 (preemption made room there); waiting for its victims to go: default/low" in (
+        render(report).splitlines()
+    )
+
+    harness.scheduler.events.on_pod("DELETED", low_raw)
+    assert explain(harness.scheduler, high)["waitingForVictims"] == []

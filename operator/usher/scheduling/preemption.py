@@ -38,6 +38,7 @@ class Evictions:
     def __init__(self) -> None:
         self._calls: dict[str, int] = {}
         self._victims: set[PodKey] = set()
+        self._by_preemptor: dict[str, tuple[PodKey, ...]] = {}
 
     def running(self, uid: str) -> bool:
         return self._calls.get(uid, 0) > 0
@@ -45,10 +46,16 @@ class Evictions:
     def evicting(self, key: PodKey) -> bool:
         return key in self._victims
 
+    def victims_of(self, uid: str) -> list[PodKey]:
+        """The victims of this preemptor's last preemption not seen gone yet (``usher explain``)."""
+        return [key for key in self._by_preemptor.get(uid, ()) if key in self._victims]
+
     def started(self, uid: str, victims: Iterable[PodKey]) -> None:
-        keys = list(victims)
+        keys = tuple(victims)
         self._calls[uid] = self._calls.get(uid, 0) + len(keys)
         self._victims.update(keys)
+        if keys:
+            self._by_preemptor[uid] = keys
 
     def finished(self, uid: str) -> bool:
         """One victim of ``uid`` is done with; True when it was the last one."""
@@ -62,6 +69,9 @@ class Evictions:
     def gone(self, key: PodKey) -> None:
         """The pod was deleted (or its eviction failed): it is nobody's victim any more."""
         self._victims.discard(key)
+        for uid, keys in list(self._by_preemptor.items()):
+            if not any(k in self._victims for k in keys):
+                del self._by_preemptor[uid]
 
 
 class Preemptor:

@@ -14,6 +14,7 @@ from usher.core.queue import SchedulingQueue
 from usher.scheduling.attempts import Attempts
 from usher.scheduling.eventhandling import ClusterEvents
 from usher.scheduling.loop import SchedulingLoop
+from usher.scheduling.preemption import Evictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,5 +29,7 @@ class Scheduler:
     events: ClusterEvents
     """The ``WatchSink`` the kopf handlers feed."""
     loop: SchedulingLoop
+    evictions: Evictions
+    """Preemptions in flight: whose victims are still being removed."""
     synced: asyncio.Event
     """Set once the cache holds everything the initial LIST saw."""
