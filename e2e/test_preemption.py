@@ -103,6 +103,8 @@ def test_high_priority_pods_preempt_the_cheapest_victims_and_keep_the_room_they_
     assert sorted(e.pod for e in preempted) == gone
     assert all(e.note.startswith("Preempted by pod ") for e in preempted)
     assert scheduler.metric("scheduler_preemption_attempts_total") >= 5
+    assert scheduler.metric("scheduler_preemption_victims_count") == 5, "one victim chosen per preemptor, once"
+    assert scheduler.metric("scheduler_preemption_goroutines_execution_total", result="success") == 5
     late = core_api.read_namespaced_pod("late-low-0", namespace)
     [condition] = [c for c in late.status.conditions or [] if c.type == "PodScheduled"]
     assert "preemption: " in condition.message, condition.message

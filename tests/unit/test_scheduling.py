@@ -83,6 +83,7 @@ class RecordingRecorder:
     algorithm_runs: int = 0
     preemption_attempts: int = 0
     victims_chosen: list[int] = field(default_factory=list)
+    preemptions_finished: list[str] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -101,6 +102,9 @@ class RecordingRecorder:
 
     def preemption_victims_chosen(self, count: int) -> None:
         self.victims_chosen.append(count)
+
+    def preemption_finished(self, result: str, seconds: float) -> None:
+        self.preemptions_finished.append(result)
 
     def incoming(self, queue: str, event: str) -> None:
         pass
@@ -372,6 +376,7 @@ async def test_a_preemptor_is_held_until_its_evictions_return_then_retried_if_an
     delete.on_done(ApiResult(200, {}))
 
     await harness.until(lambda: len(harness.recorder.attempts) == 2, "the preemptor is retried")
+    assert harness.recorder.preemptions_finished == ["success"]
     assert [e["note"] for e in harness.writer.events("Preempted")] == [f"Preempted by pod {uid} on node n1"]
 
 

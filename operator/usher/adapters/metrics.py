@@ -153,6 +153,19 @@ class Metrics:
             buckets=exponential_buckets(1, 2, 7),
             registry=r,
         )
+        self.preemption_goroutines_duration = Histogram(
+            "scheduler_preemption_goroutines_duration_seconds",
+            "Duration in seconds for running goroutines for the preemption.",
+            ["result"],
+            buckets=exponential_buckets(0.01, 2, 20),
+            registry=r,
+        )
+        self.preemption_goroutines_execution = Counter(
+            "scheduler_preemption_goroutines_execution",
+            "Number of preemption goroutines executed.",
+            ["result"],
+            registry=r,
+        )
         self.queue_incoming_pods = Counter(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
@@ -267,6 +280,10 @@ class Metrics:
 
     def preemption_victims_chosen(self, count: int) -> None:
         self.preemption_victims.observe(count)
+
+    def preemption_finished(self, result: str, seconds: float) -> None:
+        self.preemption_goroutines_execution.labels(result).inc()
+        self.preemption_goroutines_duration.labels(result).observe(seconds)
 
     def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
         if sli_seconds is not None:

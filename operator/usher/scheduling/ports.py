@@ -59,6 +59,11 @@ class SchedulingRecorder(Protocol):
         """scheduler_preemption_victims: the victims chosen for one preemptor."""
         ...
 
+    def preemption_finished(self, result: str, seconds: float) -> None:
+        """scheduler_preemption_goroutines_execution_total and _duration_seconds: one preemptor's evictions
+        all returned (``result`` success or error)."""
+        ...
+
 
 class SilentRecorder:
     """A ``SchedulingRecorder`` that records nothing."""
@@ -79,4 +84,7 @@ class SilentRecorder:
         pass
 
     def preemption_victims_chosen(self, count: int) -> None:
+        pass
+
+    def preemption_finished(self, result: str, seconds: float) -> None:
         pass

@@ -16,6 +16,7 @@ dispatcher. A victim already gone is not an error. Each victim gets a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from usher.adapters.kubeapi import ApiResult
@@ -87,6 +88,7 @@ class Preemptor:
         recorder: SchedulingRecorder,
         evictions: Evictions,
         wake: Callable[[], None],
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._writer = writer
         self._events = events
@@ -95,7 +97,9 @@ class Preemptor:
         self._recorder = recorder
         self._evictions = evictions
         self._wake = wake
+        self._timer = timer
         self._failed: set[str] = set()
+        self._started: dict[str, float] = {}
 
     def preempt(self, pod: PodInfo, result: PostFilterResult, profile: str) -> None:
         """``result`` nominated a node: hold it for ``pod`` and evict the victims."""
@@ -122,6 +126,8 @@ class Preemptor:
         # Until every eviction call has returned, DefaultPreemption's PreEnqueue keeps the pod out of
         # activeQ (kube-scheduler's asynchronous preemption), so it cannot preempt twice.
         self._evictions.started(pod.uid, [victim.key for victim, _ in to_delete])
+        if to_delete:
+            self._started.setdefault(pod.uid, self._timer())
         for victim, note in to_delete:
             self._writer.add(
                 disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin)),
@@ -168,6 +174,9 @@ class Preemptor:
             return
         failed = pod.uid in self._failed
         self._failed.discard(pod.uid)
+        started = self._started.pop(pod.uid, None)
+        if started is not None:
+            self._recorder.preemption_finished("error" if failed else "success", self._timer() - started)
         queued = self._queue.get(pod.key)
         if queued is not None and queued.pod.uid == pod.uid and (failed or queued.gating_plugin == plugin):
             self._queue.activate([pod.key])
