@@ -32,7 +32,11 @@ def test_a_pod_that_fits_nowhere_gets_the_condition_and_one_event(
     core_api.patch_node(cordoned, {"spec": {"unschedulable": True}})
     scheduler = usher()
     core_api.create_namespaced_pod(namespace, pod_manifest("huge", scheduler.scheduler_name, cpu="4"))
-    message = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable."
+    message = (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable."
+        " preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod,"
+        " 1 Preemption is not helpful for scheduling."
+    )
 
     def condition() -> object:
         for c in core_api.read_namespaced_pod("huge", namespace).status.conditions or []:
