@@ -47,6 +47,10 @@ from bench.measure import (
 )
 from bench.workloads import (
     CLASS_NAME,
+    HIGH_PRIORITY,
+    HIGH_PRIORITY_CLASS,
+    HIGH_PRIORITY_REQUESTS,
+    LOW_PRIORITY_REQUESTS,
     TEMPLATE_NAME,
     Kind,
     Workload,
@@ -59,6 +63,7 @@ from bench.workloads import (
     node_name,
     node_slice,
     pod,
+    priority_class,
 )
 from e2e.controlplane import ControlPlane, start
 
@@ -377,6 +382,9 @@ class Run:
             await run_all(self.nodes, publish, CREATE_CONCURRENCY)
         if w.kind is Kind.CLAIM_TEMPLATE:
             await self._post(api, "resourceclaimtemplates", claim_template(TEMPLATE_NAME, CLASS_NAME))
+        if w.kind is Kind.PREEMPTION:
+            body = priority_class(HIGH_PRIORITY_CLASS, HIGH_PRIORITY)
+            await api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
     async def _create_pods(self, phase: str, count: int) -> None:
         w = self.workload
@@ -388,6 +396,10 @@ class Run:
                 return pod(name, scheduler, phase, template=TEMPLATE_NAME)
             if w.kind is Kind.CLAIM_BURST:
                 return pod(name, scheduler, phase, claim_name=burst_claim_name(i))
+            if w.kind is Kind.PREEMPTION and phase == "init":
+                return pod(name, scheduler, phase, requests=LOW_PRIORITY_REQUESTS)
+            if w.kind is Kind.PREEMPTION:
+                return pod(name, scheduler, phase, requests=HIGH_PRIORITY_REQUESTS, priority_class=HIGH_PRIORITY_CLASS)
             return pod(name, scheduler, phase, gated=phase == "gated")
 
         async def create(i: int) -> None:
@@ -457,6 +469,8 @@ async def run_workload(
     """Every contender on one workload, one after another; returns the workload's result document."""
     runs: dict[str, Any] = {}
     for contender in contenders:
+        if contender.family == "limit" and not workload.limit_applies:
+            continue
         workdir = base / workload.name / contender.key
         run = Run(workload, contender, workdir, profile_dir)
         runs[contender.key] = await run.execute()

@@ -30,6 +30,11 @@ TEMPLATE_NAME = "one-gpu"
 NODE_CAPACITY = {"cpu": "4", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 #: scheduler_perf's pod-default.yaml.
 POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}
+#: scheduler_perf's pod-low-priority.yaml (priority 0) and pod-high-priority.yaml (priority 10).
+LOW_PRIORITY_REQUESTS = {"cpu": "900m", "memory": "500Mi"}
+HIGH_PRIORITY_REQUESTS = {"cpu": "3000m", "memory": "500Mi"}
+HIGH_PRIORITY_CLASS = "bench-high"
+HIGH_PRIORITY = 10
 
 
 class Kind(StrEnum):
@@ -39,6 +44,7 @@ class Kind(StrEnum):
     CLAIM_TEMPLATE = "claim_template"
     GATED = "gated"
     CLAIM_BURST = "claim_burst"
+    PREEMPTION = "preemption"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,11 @@ class Workload:
         return self.devices_per_node > 0
 
     @property
+    def limit_applies(self) -> bool:
+        """The bind limit places pods without preempting: it has no number for a preemption workload."""
+        return self.kind is not Kind.PREEMPTION
+
+    @property
     def needs_kcm(self) -> bool:
         """Only templates need kube-controller-manager (its resourceclaim-controller makes the claims)."""
         return self.kind is Kind.CLAIM_TEMPLATE
@@ -74,6 +85,8 @@ class Workload:
     def scaled(self, *, nodes: int, pods: int) -> Workload:
         """The same shape at smoke-test size: ``nodes`` nodes and about ``pods`` pods per phase."""
         devices = max(1, -(-2 * pods // nodes)) if self.uses_dra else 0  # every init + measured pod gets a device
+        if self.kind is Kind.PREEMPTION:  # the nodes must stay full: four low-priority pods each
+            return replace(self, nodes=nodes, init_pods=4 * nodes, measured_pods=min(pods, nodes))
         return replace(
             self,
             nodes=nodes,
@@ -116,6 +129,11 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "ClaimBurst_2000", Kind.CLAIM_BURST, nodes=100, init_pods=0, measured_pods=2000, devices_per_node=20,
         description="As ClaimBurst_500 with 2000 pods and claims (every device used).",
+    ),
+    Workload(
+        "PreemptionBasic_1000Nodes", Kind.PREEMPTION, nodes=1000, init_pods=4000, measured_pods=1000,
+        description="1000 nodes each filled by 4 low-priority pods (900m CPU); 1000 measured pods of priority 10 "
+        "asking 3 CPU, each preempting 3 of them (scheduler_perf PreemptionBasic 1000Nodes).",
     ),
 )  # fmt: skip
 
@@ -166,12 +184,14 @@ def pod(
     template: str | None = None,
     claim_name: str | None = None,
     gated: bool = False,
+    requests: dict[str, str] | None = None,
+    priority_class: str | None = None,
 ) -> dict[str, Any]:
     """A pod that never runs: no token volume (nothing would mount it), no grace period."""
     container: dict[str, Any] = {
         "name": "main",
         "image": "registry.k8s.io/pause:3.10",
-        "resources": {"requests": dict(POD_REQUESTS)},
+        "resources": {"requests": dict(requests or POD_REQUESTS)},
     }
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
@@ -187,7 +207,13 @@ def pod(
         container["resources"]["claims"] = [{"name": "gpu"}]
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {PHASE_LABEL: phase}}, "spec": spec}
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
 
 
 def burst_claim_name(index: int) -> str:
@@ -198,6 +224,10 @@ __all__ = [
     "CLASS_NAME",
     "DRIVER",
     "GATE",
+    "HIGH_PRIORITY",
+    "HIGH_PRIORITY_CLASS",
+    "HIGH_PRIORITY_REQUESTS",
+    "LOW_PRIORITY_REQUESTS",
     "PHASE_LABEL",
     "TEMPLATE_NAME",
     "WORKLOADS",
@@ -212,4 +242,5 @@ __all__ = [
     "node_name",
     "node_slice",
     "pod",
+    "priority_class",
 ]

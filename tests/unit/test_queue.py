@@ -596,6 +596,17 @@ def test_activate_forces_a_pod_out_of_the_pool(clock: FakeClock) -> None:
     assert where(queue, "a") is Where.ACTIVE
 
 
+def test_retry_moves_a_pod_out_of_the_pool_but_honours_its_backoff(clock: FakeClock) -> None:
+    queue = scheduling_queue(clock, framework_with(Rejector("Fit")))
+    queue.add(pod("a"))
+    fail(queue, "a", "Fit")
+    queue.retry([PodKey("default/a")])
+    assert where(queue, "a") is Where.BACKOFF
+    clock.advance(queue.backoff_duration(queue.get(PodKey("default/a"))))  # type: ignore[arg-type]
+    queue.flush()
+    assert where(queue, "a") is Where.ACTIVE
+
+
 def test_unschedulable_pods_are_counted_per_rejecting_plugin(clock: FakeClock) -> None:
     queue = scheduling_queue(clock, framework_with(Rejector("Fit"), Rejector("Taints")))
     queue.add(pod("a"))

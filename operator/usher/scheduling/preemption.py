@@ -165,8 +165,8 @@ class Preemptor:
         return done
 
     def _finished(self, pod: PodInfo, victim: PodInfo, plugin: str, *, ok: bool) -> None:
-        """One victim is dealt with. After the last, the pod is retried at once if an eviction failed or an
-        event came while it was held (it would otherwise wait for an event that already passed)."""
+        """One victim is dealt with. After the last, the pod is retried (after its backoff) if an eviction
+        failed or an event came while it was held (it would otherwise wait for an event that already passed)."""
         if not ok:
             self._evictions.gone(victim.key)
             self._failed.add(pod.uid)
@@ -179,5 +179,6 @@ class Preemptor:
             self._recorder.preemption_finished("error" if failed else "success", self._timer() - started)
         queued = self._queue.get(pod.key)
         if queued is not None and queued.pod.uid == pod.uid and (failed or queued.gating_plugin == plugin):
-            self._queue.activate([pod.key])
+            # After its backoff: an eviction that keeps failing (403, a webhook) must not become a busy loop.
+            self._queue.retry([pod.key])
             self._wake()

@@ -271,6 +271,13 @@ class SchedulingQueue:
             if queued is not None and queued.where in (Where.UNSCHEDULABLE, Where.BACKOFF):
                 self._to_active_or_gated(queued, FORCE_ACTIVATE.label)
 
+    def retry(self, keys: Iterable[PodKey]) -> None:
+        """Move pods out of the pool to be retried after their backoff (activeQ at once if it is over)."""
+        for key in keys:
+            queued = self._pods.get(key)
+            if queued is not None and queued.where is Where.UNSCHEDULABLE:
+                self._requeue(queued, Strategy.AFTER_BACKOFF, FORCE_ACTIVATE.label)
+
     # ------------------------------------------------------------------ scheduling loop
 
     def pop(self) -> QueuedPod | None:
