@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -412,3 +413,22 @@ async def test_explain_shows_the_nomination_and_the_victims_still_to_go(harness:
 
     harness.scheduler.events.on_pod("DELETED", low_raw)
     assert explain(harness.scheduler, high)["waitingForVictims"] == []
+
+
+async def test_slow_cycles_yield_to_other_tasks_between_pods(harness: Harness) -> None:
+    ticks = iter(range(1_000_000))
+    start = time.perf_counter()
+    harness.scheduler.loop._timer = lambda: start + (next(ticks) + 1) * 0.02  # each cycle looks 20 ms long
+    harness.nodes("n1", cpu="1")
+    for name in ("a", "b"):
+        harness.pod(make_pod().name(name).req(cpu="4").obj())
+    seen: list[int] = []
+
+    async def other_task() -> None:
+        seen.append(len(harness.recorder.attempts))
+
+    task = asyncio.create_task(other_task())
+    await harness.until(lambda: len(harness.recorder.attempts) == 2, "both pods are tried")
+    await task
+
+    assert seen == [1], "the other task ran between the two attempts, not after both"

@@ -4,7 +4,7 @@ One coroutine on the one event loop. It starts once the cache is synced and
 pops pods only while this instance leads. For each pod it runs the
 scheduling cycle (bounded CPU work) and starts the binding cycle as a task,
 then moves on without waiting for the API server. It yields to the watch
-handlers and API results every few pods, and sleeps until woken (an event,
+handlers and API results every few pods (or every 10 ms), and sleeps until woken (an event,
 a finished binding) or until the queue's next backoff or flush is due.
 
     synced? -> leading? -> queue.pop() -> SchedulingCycle.run -> Assumed
@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 from usher.core.clock import Clock
 from usher.core.queue import SchedulingQueue
@@ -26,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 YIELD_EVERY = 16
 """Pods scheduled back to back before the loop lets watch handlers and API results run."""
+YIELD_AFTER = 0.01
+"""Seconds of back-to-back cycles after which the loop yields anyway: pods that each take long (a failing
+pod filters every node) must not starve the dispatcher's writes, such as preemption's evictions."""
 
 
 class Wakeup:
@@ -51,8 +56,10 @@ class SchedulingLoop:
         synced: asyncio.Event,
         leading: asyncio.Event,
         wakeup: Wakeup,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._queue = queue
+        self._timer = timer
         self._scheduling = scheduling
         self._binding = binding
         self._clock = clock
@@ -72,6 +79,7 @@ class SchedulingLoop:
         await self._leading.wait()
         logger.info("scheduling pods")
         streak = 0
+        since = self._timer()
         while True:
             self._queue.flush()
             if not self._leading.is_set():  # lease lost: not one more pod
@@ -101,5 +109,6 @@ class SchedulingLoop:
                 self._binding_tasks.add(task)
                 task.add_done_callback(self._binding_tasks.discard)
             streak += 1
-            if streak % YIELD_EVERY == 0:
+            if streak % YIELD_EVERY == 0 or self._timer() - since >= YIELD_AFTER:
                 await asyncio.sleep(0)
+                since = self._timer()
