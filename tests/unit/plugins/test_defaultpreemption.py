@@ -421,3 +421,19 @@ def test_a_victim_whose_anti_affinity_rejects_the_pod_is_evicted_to_make_room() 
     result = cluster.preempt(pod)
 
     assert result.nominated_node == "n1" and victims(result) == ["loner"]
+
+
+def test_an_extended_resource_held_by_a_lower_priority_pod_is_freed_by_preemption() -> None:
+    cluster = Cluster()
+    cluster.cache.add_or_update_node(
+        make_node().name("n1").capacity(cpu="8", memory="8Gi", pods=110, **{"example.com/gpu": 1}).obj()
+    )
+    cluster.cache.add_or_update_pod(
+        PodInfo.from_api(make_pod().name("holder").node("n1").priority(1).req(**{"example.com/gpu": "1"}).obj())
+    )
+    cluster.running("bystander", "n1", 1)
+    pod = PodInfo.from_api(make_pod().name("high").priority(100).req(**{"example.com/gpu": "1"}).obj())
+
+    result = cluster.preempt(pod)
+
+    assert result.nominated_node == "n1" and victims(result) == ["holder"]
