@@ -39,26 +39,6 @@ def kwok_nodes(
         name = f"{test_id[:40]}-{suffix}"
         control_plane.add_kwok_node(name, **kwargs)  # type: ignore[arg-type]
         created.append(name)
-        # The Priority admission plugin reads classes from its informer: a pod naming the class
-        # right away can be refused ("no PriorityClass with name ..."). A dry-run pod shows when
-        # admission knows it.
-        probe = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"generateName": "priority-probe-"},
-            "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "i"}]},
-        }
-
-        def admitted() -> bool:
-            try:
-                core_api.create_namespaced_pod("default", probe, dry_run="All")
-            except kubernetes.client.ApiException as exc:
-                if exc.status == 403 and "PriorityClass" in str(exc.body):
-                    return False
-                raise
-            return True
-
-        wait_for(admitted, 30, f"the Priority admission plugin to know {name}")
         return name
 
     yield make
@@ -108,6 +88,26 @@ def priority_classes(core_api: kubernetes.client.CoreV1Api, test_id: str) -> Ite
             {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
         )
         created.append(name)
+        # The Priority admission plugin reads classes from its informer: a pod naming the class
+        # right away can be refused ("no PriorityClass with name ..."). A dry-run pod shows when
+        # admission knows it.
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "priority-probe-"},
+            "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "i"}]},
+        }
+
+        def admitted() -> bool:
+            try:
+                core_api.create_namespaced_pod("default", probe, dry_run="All")
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 403 and "PriorityClass" in str(exc.body):
+                    return False
+                raise
+            return True
+
+        wait_for(admitted, 30, f"the Priority admission plugin to know {name}")
         return name
 
     yield make
