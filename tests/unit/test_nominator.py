@@ -103,3 +103,16 @@ def test_the_queue_nominates_only_pods_it_holds() -> None:
     queue = scheduling_queue(FakeClock())
     queue.nominate(pod("gone"), "n1")
     assert not queue.nominator.any()
+
+
+def test_a_nomination_the_api_removed_is_dropped_and_one_not_yet_written_is_kept() -> None:
+    nominator = Nominator()
+    nominator.update(pod("a", nominated="n1"))
+    assert nominator.node_of(pod("a").key) == "n1"
+    # The API's nomination removed (old had it, new has none): kube-scheduler drops it too.
+    nominator.update(pod("a"), pod("a", nominated="n1"))
+    assert nominator.node_of(pod("a").key) is None
+
+    nominator.nominate(pod("b"), "n2")  # preemption's, its status patch not written yet
+    nominator.update(pod("b"), pod("b"))
+    assert nominator.node_of(pod("b").key) == "n2"

@@ -432,3 +432,21 @@ async def test_slow_cycles_yield_to_other_tasks_between_pods(harness: Harness) -
     await task
 
     assert seen == [1], "the other task ran between the two attempts, not after both"
+
+
+async def test_preempting_on_a_node_clears_lower_priority_nominations_there(harness: Harness) -> None:
+    harness.nodes("n1", cpu="2")
+    harness.pod(make_pod().name("low").priority(1).node("n1").req(cpu="2").obj())
+    mid_raw = make_pod().name("mid").priority(50).req(cpu="2").gates("hold").obj()
+    mid_raw["status"]["nominatedNodeName"] = "n1"
+    mid = harness.pod(mid_raw)
+    assert harness.scheduler.queue.nominator.node_of(mid) == "n1"
+
+    harness.pod(make_pod().name("high").priority(100).req(cpu="2").obj())
+    await harness.until(lambda: harness.recorder.victims_chosen == [1], "the high-priority pod preempts")
+
+    assert harness.scheduler.queue.nominator.node_of(mid) is None
+    patches = [
+        c.build(mid_raw) for c in harness.writer.calls if c.call_type == "pod_status_patch" and c.object_key == mid
+    ]
+    assert any(r is not None and r.body == {"status": {"nominatedNodeName": None}} for r in patches)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.preempting import disruption_condition_call, victim_delete_call
+from usher.adapters.reporting import pod_status_call
 from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
 from usher.core.queue import SchedulingQueue
@@ -106,6 +108,7 @@ class Preemptor:
         node = result.nominated_node
         assert node is not None
         plugin = result.status.plugin or DEFAULT_PREEMPTION
+        self._clear_lower_nominations(pod, node)
         self._queue.nominate(pod, node)
         self._recorder.preemption_victims_chosen(len(result.victims))
         logger.info(
@@ -133,6 +136,17 @@ class Preemptor:
                 disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin)),
                 current=victim.raw,
             )
+
+    def _clear_lower_nominations(self, pod: PodInfo, node: str) -> None:
+        """Pods of lower priority nominated to ``node`` may no longer fit there: their nomination goes (in
+        memory and in ``status.nominatedNodeName``) and they are retried, to find room elsewhere sooner
+        (kube-scheduler's clearNominatedNodeName)."""
+        lower = [p for p in self._queue.nominator.nominated_pods(node) if p.priority < pod.priority]
+        for other in lower:
+            self._queue.nominator.forget(other.key)
+            self._writer.add(pod_status_call(other.raw, _clear_nomination), current=other.raw)
+        if lower:
+            self._queue.activate([other.key for other in lower])
 
     def _after_condition(
         self, pod: PodInfo, victim: PodInfo, note: str, profile: str, plugin: str
@@ -182,3 +196,9 @@ class Preemptor:
             # After its backoff: an eviction that keeps failing (403, a webhook) must not become a busy loop.
             self._queue.retry([pod.key])
             self._wake()
+
+
+def _clear_nomination(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not ((current or {}).get("status") or {}).get("nominatedNodeName"):
+        return None
+    return {"status": {"nominatedNodeName": None}}

@@ -39,11 +39,16 @@ class Nominator:
         self._by_node.setdefault(node, {})[pod.key] = pod
         self._node_of[pod.key] = node
 
-    def update(self, pod: PodInfo) -> None:
-        """A newer version of an unscheduled pod: its API nomination wins; none keeps ours (the patch may lag)."""
-        node = pod.nominated_node_name or self._node_of.get(pod.key)
-        if node:
-            self.nominate(pod, node)
+    def update(self, pod: PodInfo, previous: PodInfo | None = None) -> None:
+        """A newer version of an unscheduled pod (kube-scheduler's updateNominatedPod): its API nomination
+        wins; one the API removed (``previous`` had it) is dropped; with none before or after, ours stays
+        (the patch that writes it may still be in flight)."""
+        if pod.nominated_node_name:
+            self.nominate(pod, pod.nominated_node_name)
+        elif previous is not None and previous.nominated_node_name:
+            self.forget(pod.key)
+        elif pod.key in self._node_of:
+            self.nominate(pod, self._node_of[pod.key])
 
     def forget(self, key: PodKey) -> None:
         """The pod was bound, deleted, or no longer ours: no room is held for it."""

@@ -230,7 +230,7 @@ class SchedulingQueue:
             return
         previous = queued.pod
         queued.pod = new
-        self.nominator.update(new)
+        self.nominator.update(new, previous)
         if queued.where is Where.IN_FLIGHT:
             for event in events:
                 if self._event_of_interest(event):
