@@ -26,6 +26,7 @@ from usher.adapters.kubeapi import ApiResult
 from usher.app import build_scheduler
 from usher.config import default_config
 from usher.core.clock import FakeClock
+from usher.core.queue import Where
 from usher.core.types import Cause, NodeName, PodInfo, PodKey, Status, error
 from usher.explaining import explain, render
 from usher.features import parse_feature_gates
@@ -249,9 +250,30 @@ async def test_the_same_failure_is_reported_by_an_event_at_most_once_a_minute(ha
     assert len(harness.writer.events("FailedScheduling")) == 2
 
 
-async def test_a_pod_bound_elsewhere_or_deleted_is_not_retried_nor_reported(harness: Harness) -> None:
+async def test_a_binding_conflict_is_retried_silently_until_the_watch_shows_the_pod_bound(harness: Harness) -> None:
     harness.nodes("n1")
     harness.binder.answers = [error("pod is bound already", Cause.POD_CONFLICT)]
+    raw = make_pod().name("p").obj()
+    key = harness.pod(raw)
+
+    await harness.until(lambda: harness.binder.calls != [], "the binding is tried")
+    await harness.idle()
+
+    # A 409 is no proof (etcd failing mid-request answers 409 too): the pod stays queued, nothing reported.
+    queued = harness.scheduler.queue.get(key)
+    assert queued is not None and queued.where is not Where.IN_FLIGHT
+    assert harness.scheduler.cache.node_of(key) is None
+    assert harness.writer.events("FailedScheduling") == []
+    assert harness.recorder.attempts == []
+
+    bound = {**raw, "metadata": {**raw["metadata"], "resourceVersion": "2"}, "spec": {**raw["spec"], "nodeName": "n1"}}
+    harness.scheduler.events.on_pod("MODIFIED", bound)
+    assert harness.scheduler.queue.get(key) is None
+
+
+async def test_a_deleted_pod_is_not_retried_nor_reported(harness: Harness) -> None:
+    harness.nodes("n1")
+    harness.binder.answers = [error("pod no longer exists", Cause.POD_NOT_FOUND)]
     key = harness.pod(make_pod().name("p").obj())
 
     await harness.until(lambda: harness.binder.calls != [], "the binding is tried")

@@ -28,7 +28,7 @@ from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
 
-NOT_RETRIED = frozenset({Cause.POD_CONFLICT, Cause.POD_NOT_FOUND})
+NOT_RETRIED = frozenset({Cause.POD_NOT_FOUND})
 """Binding failures after which the pod is not queued again: the watch delivers its fate."""
 
 
@@ -87,6 +87,13 @@ class BindingCycle:
             if status.cause in NOT_RETRIED:
                 logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
                 self._queue.done(assumed.queued)
+            elif status.cause is Cause.POD_CONFLICT:
+                # Usually bound already (the watch will say so and drop it from the queue), but a 409 is
+                # no proof: an API server losing etcd mid-request answers 409 too. As kube-scheduler,
+                # retry after the backoff; the API server never binds a pod twice. Nothing is reported.
+                logger.info("pod %s not bound to %s (retried unless the watch shows it bound): %s",
+                            pod.key, node, status.message)  # fmt: skip
+                self._queue.add_unschedulable(assumed.queued)
             else:
                 logger.warning("binding pod %s to %s failed: %s", pod.key, node, status.message)
                 self._failures.rejected(assumed.queued, framework.scheduler_name, assumed.started, status)
