@@ -203,8 +203,13 @@ def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | No
         await web.TCPSite(runner, "127.0.0.1", proxy.port).start()
         ready.set()
         await stop.wait()
-        for task in list(handlers):  # open watches would otherwise hold the shutdown for a minute
+        pending = list(handlers)
+        for task in pending:  # open watches would otherwise hold the shutdown for a minute
             task.cancel()
+        # Let the cancelled handlers finish and hand their upstream connections back, so closing the
+        # session closes every socket (else they are garbage-collected later, in another test, as
+        # "unclosed transport" ResourceWarnings that pytest turns into that test's failure).
+        await asyncio.gather(*pending, return_exceptions=True)
         await session.close()
         await runner.cleanup()
 
