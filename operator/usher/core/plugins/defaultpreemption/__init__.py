@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
@@ -170,7 +171,7 @@ class DefaultPreemption:
         budgets = self._handle.disruption_budgets
         for i in range(len(potential)):
             node = potential[(offset + i) % len(potential)]
-            candidate, status = select_victims(pod, node, _Trial(state, pod, node, filters), budgets)
+            candidate, status = select_victims(pod, node, partial(_Trial, state, pod, node, filters), budgets)
             if candidate is None:
                 assert status is not None
                 failed[node.name] = status

@@ -98,12 +98,16 @@ def split_by_budgets(victims: Sequence[PodInfo], budgets: Budgets) -> tuple[list
 
 
 def select_victims(
-    preemptor: PodInfo, node: NodeInfo, trial: Trial, budgets: Budgets
+    preemptor: PodInfo, node: NodeInfo, new_trial: Callable[[], Trial], budgets: Budgets
 ) -> tuple[Candidate | None, Status | None]:
-    """The fewest, least important victims on ``node`` (a candidate), or why preemption cannot help there."""
+    """The fewest, least important victims on ``node`` (a candidate), or why preemption cannot help there.
+
+    ``new_trial`` copies the node and the cycle state: called only for a node with possible victims, so
+    a node without any (the common case among equal priorities) costs no copy."""
     possible = sorted((p for p in node.pods.values() if p.priority < preemptor.priority), key=importance)
     if not possible:
         return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_VICTIMS,))
+    trial = new_trial()
     for pod in possible:
         trial.remove(pod)
     rejection = trial.fits()
