@@ -36,27 +36,28 @@ logger = logging.getLogger(__name__)
 
 class Evictions:
     """Preemptions in flight (``PreemptionsInFlight``): preemptor UID -> its victim calls still running,
-    and the victims asked to go whose deletion has not been watched yet."""
+    and the victims asked to go whose deletion has not been watched yet (victim -> its preemptors)."""
 
     def __init__(self) -> None:
         self._calls: dict[str, int] = {}
-        self._victims: set[PodKey] = set()
+        self._preemptors_of: dict[PodKey, set[str]] = {}
         self._by_preemptor: dict[str, tuple[PodKey, ...]] = {}
 
     def running(self, uid: str) -> bool:
         return self._calls.get(uid, 0) > 0
 
     def evicting(self, key: PodKey) -> bool:
-        return key in self._victims
+        return key in self._preemptors_of
 
     def victims_of(self, uid: str) -> list[PodKey]:
         """The victims of this preemptor's last preemption not seen gone yet (``usher explain``)."""
-        return [key for key in self._by_preemptor.get(uid, ()) if key in self._victims]
+        return [key for key in self._by_preemptor.get(uid, ()) if key in self._preemptors_of]
 
     def started(self, uid: str, victims: Iterable[PodKey]) -> None:
         keys = tuple(victims)
         self._calls[uid] = self._calls.get(uid, 0) + len(keys)
-        self._victims.update(keys)
+        for key in keys:
+            self._preemptors_of.setdefault(key, set()).add(uid)
         if keys:
             self._by_preemptor[uid] = keys
 
@@ -70,11 +71,11 @@ class Evictions:
         return True
 
     def gone(self, key: PodKey) -> None:
-        """The pod was deleted (or its eviction failed): it is nobody's victim any more."""
-        self._victims.discard(key)
-        for uid, keys in list(self._by_preemptor.items()):
-            if not any(k in self._victims for k in keys):
-                del self._by_preemptor[uid]
+        """The pod was deleted (or its eviction failed): it is nobody's victim any more. Called for every
+        pod deletion, so it touches only this pod's preemptors."""
+        for uid in self._preemptors_of.pop(key, ()):
+            if not any(k in self._preemptors_of for k in self._by_preemptor.get(uid, ())):
+                self._by_preemptor.pop(uid, None)
 
 
 class Preemptor:
