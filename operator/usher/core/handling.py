@@ -139,7 +139,7 @@ class EventHandlers:
         return self._unscheduled(pod)
 
     def _assigned(self, pod: PodInfo) -> str:
-        self.queue.delete(pod.key)
+        self.queue.delete(pod.key, bound_to=pod.node_name)
         old = self.cache.pod(pod.key)
         was_assumed = self.cache.is_assumed(pod.key)
         self.cache.add_or_update_pod(pod)

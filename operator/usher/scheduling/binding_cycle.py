@@ -78,7 +78,7 @@ class BindingCycle:
         if status.ok:
             status = await framework.run_bind(state, pod, node)
         if status.ok:
-            self._queue.done(assumed.queued)
+            self._queue.done(assumed.queued, node)
             framework.run_post_bind(state, pod, node)
             self._scheduled(assumed)
         else:

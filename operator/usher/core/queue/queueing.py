@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 from usher.core.clock import Clock
 from usher.core.events import (
+    ASSIGNED_POD_DELETE,
     BACKOFF_COMPLETE,
     FORCE_ACTIVATE,
     POD_ADD,
@@ -188,6 +189,7 @@ class SchedulingQueue:
         self._clock = clock
         self.nominator = nominator or Nominator()
         """Pods preemption nominated to a node (kube-scheduler's queue embeds its nominator too)."""
+        self.nominator.on_release = self._nomination_released
         self._profiles = profiles
         self._options = options or QueueOptions()
         self._recorder: QueueRecorder = recorder or _Silent()
@@ -253,9 +255,9 @@ class SchedulingQueue:
         if strategy is not Strategy.SKIP:
             self._requeue(queued, strategy, label)
 
-    def delete(self, key: PodKey) -> QueuedPod | None:
-        """The pod is gone, or no longer ours to place (bound, or another scheduler's)."""
-        self.nominator.forget(key)
+    def delete(self, key: PodKey, *, bound_to: str | None = None) -> QueuedPod | None:
+        """The pod is gone, or no longer ours to place (bound to ``bound_to``, or another scheduler's)."""
+        self.nominator.forget(key, kept_on=bound_to)
         queued = self._pods.pop(key, None)
         if queued is None:
             return None
@@ -305,8 +307,9 @@ class SchedulingQueue:
         queued.popped_cycle = self._cycle
         return queued
 
-    def done(self, queued: QueuedPod) -> None:
-        """The pod's attempt is over and it was placed: it leaves the queue for good.
+    def done(self, queued: QueuedPod, node: str | None = None) -> None:
+        """The pod's attempt is over and it was placed (on ``node``; None: it is not ours to place any
+        more): it leaves the queue for good.
 
         A pod deleted while in flight has left already; a later pod of the same name
         that took its key is not touched.
@@ -314,7 +317,7 @@ class SchedulingQueue:
         if self._pods.get(queued.key) is not queued:
             return
         self._in_flight.done(queued.key)
-        self.nominator.forget(queued.key)
+        self.nominator.forget(queued.key, kept_on=node)
         if queued.where is Where.IN_FLIGHT:
             del self._pods[queued.key]
 
@@ -400,6 +403,19 @@ class SchedulingQueue:
                 self._requeue(queued, strategy, event.label)
                 moved += 1
         return moved
+
+    def _nomination_released(self, pod: PodInfo, node: str) -> None:
+        """Room held on ``node`` for ``pod`` is free again: as kube-scheduler does when a nominated pod is
+        deleted or its nominatedNodeName changes, an AssignedPodDelete of the pod as nominated there, for
+        the pods of lower or equal priority (only those were kept out by the nomination)."""
+        status = {**(pod.raw.get("status") or {}), "nominatedNodeName": node}
+        old = {**pod.raw, "status": status}
+        self.move_all(
+            ASSIGNED_POD_DELETE,
+            old,
+            None,
+            pre_check=lambda queued: queued.key != pod.key and queued.pod.priority <= pod.priority,
+        )
 
     # ------------------------------------------------------------------ timed work
 
