@@ -22,7 +22,7 @@ import pytest
 
 from usher.adapters.dispatching import NO_OP, NOT_LEADING, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
 from usher.adapters.kubeapi import ApiResult
-from usher.adapters.reporting import condition_patch
+from usher.adapters.reporting import condition_patch, pod_status_call
 
 
 @dataclass
@@ -177,6 +177,33 @@ async def test_a_newer_call_of_the_same_kind_merges_without_resetting_the_delay(
     await settle(dispatcher)
     assert len(api.calls) == 1, "fired at 5 s, the first call's due time, not reset by the second"
     assert api.calls[0][2]["status"]["conditions"][0]["message"] == "second"
+
+
+async def test_a_newer_status_patch_keeps_the_nomination_of_the_one_it_replaces() -> None:
+    # kube-scheduler's PodStatusPatchCall.Merge. Without it a preemptor failing again before its first
+    # patch went out ("not eligible" while its victims terminate) never showed its nominatedNodeName.
+    api, timers = RecordingApi(), FakeTimers()
+    dispatcher = await run(api, timers=timers)
+    pod = {"metadata": {"namespace": "ns", "name": "p"}, "status": {}}
+
+    def failed(message: str, nominated: str | None) -> Callable[[Mapping[str, Any] | None], dict[str, Any] | None]:
+        def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
+            patch = condition_patch(current, kind="PodScheduled", status="False", reason="Unschedulable", message=message)
+            if nominated is not None:
+                patch = patch or {"status": {}}
+                patch["status"]["nominatedNodeName"] = nominated or None
+            return patch
+
+        return patch_for
+
+    dispatcher.add(pod_status_call(pod, failed("preempting on n1", "n1"), delay=1), current=pod)
+    dispatcher.add(pod_status_call(pod, failed("not eligible", None), delay=1), current=pod)
+    await timers.advance(1)
+    await settle(dispatcher)
+    assert len(api.calls) == 1
+    status = api.calls[0][2]["status"]
+    assert status["nominatedNodeName"] == "n1"
+    assert [c["message"] for c in status["conditions"]] == ["not eligible"]
 
 
 async def test_a_call_that_changes_nothing_is_dropped_at_once() -> None:

@@ -8,7 +8,10 @@ meets it:
   arriving after a binding: the binding matters more);
 - a more relevant one replaces it (a binding replaces a status patch);
 - one of the same type replaces it but keeps its due time: a call with a
-  delay is not postponed by newer versions of itself;
+  delay is not postponed by newer versions of itself; a call with a
+  ``merge`` folds the waiting one's request into its own (kube-scheduler's
+  APICall.Merge: a status patch keeps a nomination the newer one leaves
+  alone);
 - a call that would change nothing (its ``build`` returns None against the
   newest version of the object) is dropped, at once or when it falls due;
 - ``sync_object`` hands the dispatcher each newer version of an object
@@ -73,6 +76,8 @@ class ApiCall:
     on_done: Callable[[ApiResult], None] | None = field(default=None, repr=False)
     leader_only: bool = False
     """Sent only while the dispatcher's ``leads()`` holds, checked right before each attempt."""
+    merge: Callable[[BuildFn], BuildFn] | None = field(default=None, repr=False)
+    """Given the build of the waiting call of the same type this one replaces, the build of both."""
 
     @classmethod
     def fixed(
@@ -227,6 +232,8 @@ class Dispatcher:
                 self._finish(call, SKIPPED)
                 return
             if call.call_type == old.call_type:
+                if call.merge is not None:
+                    call.build = call.merge(old.build)
                 self._finish(old, SKIPPED)  # merged: the newest version wins, the due time stays
                 waiting.call = call
             else:

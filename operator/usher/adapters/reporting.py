@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from usher.adapters.dispatching import ApiCall, Request
+from usher.adapters.dispatching import ApiCall, BuildFn, Request
 from usher.adapters.kubeapi import ApiResult
 
 
@@ -136,6 +136,18 @@ def pod_status_call(
         patch = patch_for(current)
         return None if patch is None else Request("PATCH", path, patch, STRATEGIC_MERGE)
 
+    def merge(older: BuildFn) -> BuildFn:
+        def both(current: Mapping[str, Any] | None) -> Request | None:
+            before, after = older(current), build(current)
+            if before is None or after is None:
+                return after or before
+            if not isinstance(before.body, Mapping) or not isinstance(after.body, Mapping):
+                return after
+            body = merge_status_patches(before.body, after.body)
+            return Request("PATCH", path, body, STRATEGIC_MERGE)
+
+        return both
+
     return ApiCall(
         "pod_status_patch",
         f"{namespace}/{name}",
@@ -144,4 +156,22 @@ def pod_status_call(
         delay=delay,
         on_done=on_done,
         leader_only=leader_only,
+        merge=merge,
     )
+
+
+def merge_status_patches(older: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str, Any]:
+    """Two strategic-merge patches of a pod's status as one: the newer wins where both set a field;
+    conditions are merged by type (kube-scheduler's PodStatusPatchCall.Merge keeps the older call's
+    nomination and its conditions of other types)."""
+    merged: dict[str, Any] = dict(older)
+    for key, value in newer.items():
+        before = merged.get(key)
+        if key == "conditions" and isinstance(before, list) and isinstance(value, list):
+            types = {c.get("type") for c in value}
+            merged[key] = [*value, *(c for c in before if c.get("type") not in types)]
+        elif isinstance(before, Mapping) and isinstance(value, Mapping):
+            merged[key] = merge_status_patches(before, value)
+        else:
+            merged[key] = value
+    return merged
