@@ -12,7 +12,6 @@ kube-scheduler, so empty pods still spread.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
 from usher.core.framework.names import NODE_RESOURCES_FIT
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
+from usher.core.plugins.shapes import Shape, parse_shape, shape_score
 from usher.core.resources import CPU, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
@@ -37,7 +37,6 @@ LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
-MAX_CUSTOM_PRIORITY_SCORE = 10
 
 
 def insufficient(resource: str) -> str:
@@ -52,7 +51,7 @@ class FitArgs:
     resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
     ignored_resources: frozenset[str] = frozenset()
     ignored_groups: frozenset[str] = frozenset()
-    shape: tuple[tuple[int, int], ...] = ()
+    shape: Shape = ()
     """RequestedToCapacityRatio: (utilization %, score 0-10) points, increasing utilization."""
 
 
@@ -91,39 +90,13 @@ def parse_args(args: Mapping[str, Any]) -> FitArgs:
     return FitArgs(strategy, tuple(resources), frozenset(ignored), frozenset(groups), shape)
 
 
-def _parse_shape(raw: Any, strategy: str) -> tuple[tuple[int, int], ...]:
+def _parse_shape(raw: Any, strategy: str) -> Shape:
     path = "scoringStrategy.requestedToCapacityRatio"
     if strategy != REQUESTED_TO_CAPACITY_RATIO:
         if raw is not None:
             raise PluginArgsError(path, f"only allowed with type {REQUESTED_TO_CAPACITY_RATIO}")
         return ()
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("shape"), list) or not raw["shape"]:
-        raise PluginArgsError(f"{path}.shape", "required: a non-empty list of {utilization, score} points")
-    points: list[tuple[int, int]] = []
-    for i, point in enumerate(raw["shape"]):
-        where = f"{path}.shape[{i}]"
-        if not isinstance(point, Mapping):
-            raise PluginArgsError(where, "must be an object with utilization and score")
-        utilization, score = point.get("utilization"), point.get("score")
-        if not isinstance(utilization, int) or not 0 <= utilization <= 100:
-            raise PluginArgsError(f"{where}.utilization", f"must be an integer in 0..100, got {utilization!r}")
-        if not isinstance(score, int) or not 0 <= score <= MAX_CUSTOM_PRIORITY_SCORE:
-            raise PluginArgsError(f"{where}.score", f"must be an integer in 0..10, got {score!r}")
-        if points and utilization <= points[-1][0]:
-            raise PluginArgsError(f"{where}.utilization", "utilization values must increase")
-        points.append((utilization, score))
-    return tuple(points)
-
-
-def shape_score(shape: tuple[tuple[int, int], ...], utilization: int) -> int:
-    """Piecewise-linear utilisation -> 0..100 score, flat beyond the first and last points."""
-    scaled = [(u, s * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for u, s in shape]
-    if utilization <= scaled[0][0]:
-        return scaled[0][1]
-    for (u0, s0), (u1, s1) in itertools.pairwise(scaled):
-        if utilization <= u1:
-            return s0 + (s1 - s0) * (utilization - u0) // (u1 - u0)
-    return scaled[-1][1]
+    return parse_shape(raw.get("shape") if isinstance(raw, Mapping) else None, f"{path}.shape")
 
 
 class NodeResourcesFit:
