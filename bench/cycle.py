@@ -29,6 +29,7 @@ from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.types import PodInfo
+from usher.core.volumes.state import VolumeState
 from usher.scheduling.preemption import Evictions
 
 
@@ -43,6 +44,12 @@ class _Handle:
         self._cache = cache
         self.dra = DraState()
         self.preemptions = Evictions()
+        self.volumes = VolumeState()
+        self.volume_writer: Any = None
+
+    def node_labels(self, node: str) -> Any:
+        info = self._cache.node(node)
+        return info.labels if info is not None else None
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         labels = self._cache.namespace_labels(namespace)

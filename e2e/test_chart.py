@@ -194,8 +194,8 @@ class Needed:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     symptom: str
-    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption: that
-    write fails; lease: this instance never leads."""
+    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption, volume:
+    that write fails; lease: this instance never leads."""
 
     @property
     def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
@@ -231,6 +231,21 @@ NEEDED = {
     ),
     "without resourceslices and deviceclasses list/watch usher never gets ready": Needed(
         "ClusterRole", ("resourceslices", "deviceclasses"), ("list", "watch"), "unready"
+    ),
+    "without persistentvolumeclaims and persistentvolumes list/watch usher never gets ready": Needed(
+        "ClusterRole", ("persistentvolumeclaims", "persistentvolumes"), ("list", "watch"), "unready"
+    ),
+    "without persistentvolumeclaims update no volume is provisioned": Needed(
+        "ClusterRole", ("persistentvolumeclaims",), ("update",), "volume"
+    ),
+    "without persistentvolumes update no volume is bound": Needed(
+        "ClusterRole", ("persistentvolumes",), ("update",), "volume"
+    ),
+    "without storage classes and CSI objects list/watch usher never gets ready": Needed(
+        "ClusterRole",
+        ("storageclasses", "csinodes", "csidrivers", "csistoragecapacities"),
+        ("list", "watch"),
+        "unready",
     ),
     "without events create/patch no Scheduled event is recorded": Needed(
         "ClusterRole", ("events",), ("create", "patch"), "event"
@@ -294,6 +309,7 @@ def test_every_rule_of_the_charts_rbac_is_needed(
         rbac.replace_namespaced_role(role.metadata.name, namespace, role)
     node = kwok_nodes("n", cpu="2")
     driver = Driver(core_api.api_client, f"{release.release}-gpu")
+    cleanup: list[Callable[[], None]] = []
     process = release.usher("limited")
     try:
         with process:
@@ -312,6 +328,12 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 preemptor = pod_manifest("p", release.release, cpu="1")
                 preemptor["spec"]["priorityClassName"] = priority_classes(1000)
                 core_api.create_namespaced_pod(namespace, preemptor)
+            elif needed.symptom == "volume":
+                static = "persistentvolumes" in needed.resources
+                cleanup.append(volume_for(core_api, namespace, static=static))
+                with_claim = pod_manifest("p", release.release)
+                with_claim["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+                core_api.create_namespaced_pod(namespace, with_claim)
             elif needed.symptom != "unready":
                 core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
             wait_for(lambda: forbidden(needed, process.log_path.read_text()), 60, f"usher to be denied {needed}")
@@ -336,6 +358,59 @@ def test_every_rule_of_the_charts_rbac_is_needed(
     finally:
         if driver.slices:
             driver.cleanup()
+        for undo in cleanup:
+            undo()
+
+
+def volume_for(core_api: kubernetes.client.CoreV1Api, namespace: str, *, static: bool) -> Callable[[], None]:
+    """A claim "data" in a WaitForFirstConsumer class: with ``static``, an available PV for it (PreBind
+    binds it: a PV update), else a provisioner's class (PreBind selects the node: a PVC update). Returns
+    how to delete the cluster-scoped objects."""
+    storage = kubernetes.client.StorageV1Api(core_api.api_client)
+    class_name = f"{namespace}-{'static' if static else 'dynamic'}"
+    storage.create_storage_class(
+        kubernetes.client.V1StorageClass(
+            metadata=kubernetes.client.V1ObjectMeta(name=class_name),
+            provisioner="kubernetes.io/no-provisioner" if static else "example.com/never-runs",
+            volume_binding_mode="WaitForFirstConsumer",
+        )
+    )
+    volume = f"{namespace}-pv"
+    if static:
+        core_api.create_persistent_volume(
+            {
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": class_name,
+                    "hostPath": {"path": "/tmp/usher-chart-test"},
+                },
+            }
+        )
+        wait_for(
+            lambda: core_api.read_persistent_volume(volume).status.phase == "Available",
+            60,
+            "the PV controller to make the volume Available",
+        )
+    core_api.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class_name,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+    def undo() -> None:
+        storage.delete_storage_class(class_name)
+        if static:
+            core_api.delete_persistent_volume(volume)
+
+    return undo
 
 
 def test_two_replicas_lose_and_double_bind_nothing_when_the_leader_dies_mid_burst(

@@ -55,6 +55,9 @@ class Sink:
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 
+    def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record(kind, event_type, raw)
+
     def mark_synced(self) -> None:
         pass
 

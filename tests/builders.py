@@ -84,6 +84,22 @@ class PodBuilder:
         self._pod["metadata"]["resourceVersion"] = version or str(next(_versions) + 1000)
         return self
 
+    def pvc(self, claim: str, volume: str | None = None) -> Self:
+        """A volume backed by the PersistentVolumeClaim ``claim``."""
+        volumes = self._pod["spec"].setdefault("volumes", [])
+        volumes.append({"name": volume or f"vol-{claim}", "persistentVolumeClaim": {"claimName": claim}})
+        return self
+
+    def ephemeral(self, volume: str, storage_class: str = "") -> Self:
+        """A generic ephemeral volume (its claim is ``<pod>-<volume>``)."""
+        spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        if storage_class:
+            spec["storageClassName"] = storage_class
+        self._pod["spec"].setdefault("volumes", []).append(
+            {"name": volume, "ephemeral": {"volumeClaimTemplate": {"spec": spec}}}
+        )
+        return self
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._pod)
 
@@ -129,3 +145,124 @@ def make_pod() -> PodBuilder:
 
 def make_node() -> NodeBuilder:
     return NodeBuilder()
+
+
+class ClaimBuilder:
+    """A PersistentVolumeClaim (``make_pvc``): Pending, ReadWriteOnce, 1Gi unless told otherwise."""
+
+    def __init__(self) -> None:
+        n = next(_uids)
+        self._pvc: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"pvc-{n}", "namespace": "default", "uid": f"uid-{n}", "resourceVersion": "1"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Pending"},
+        }
+
+    def name(self, name: str) -> Self:
+        self._pvc["metadata"]["name"] = name
+        return self
+
+    def storage_class(self, name: str) -> Self:
+        self._pvc["spec"]["storageClassName"] = name
+        return self
+
+    def request(self, size: str) -> Self:
+        self._pvc["spec"]["resources"]["requests"]["storage"] = size
+        return self
+
+    def bound(self, volume: str) -> Self:
+        """Bound by the PV controller (volumeName and bind-completed)."""
+        self._pvc["spec"]["volumeName"] = volume
+        self._pvc["metadata"].setdefault("annotations", {})["pv.kubernetes.io/bind-completed"] = "yes"
+        self._pvc["status"]["phase"] = "Bound"
+        return self
+
+    def annotate(self, key: str, value: str) -> Self:
+        self._pvc["metadata"].setdefault("annotations", {})[key] = value
+        return self
+
+    def owned_by(self, uid: str) -> Self:
+        self._pvc["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": uid, "controller": True}]
+        return self
+
+    def phase(self, phase: str) -> Self:
+        self._pvc["status"]["phase"] = phase
+        return self
+
+    def deleting(self) -> Self:
+        self._pvc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return self
+
+    def version(self, version: str) -> Self:
+        self._pvc["metadata"]["resourceVersion"] = version
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._pvc)
+
+
+class VolumeBuilder:
+    """A PersistentVolume (``make_pv``): Available, ReadWriteOnce, 1Gi unless told otherwise."""
+
+    def __init__(self) -> None:
+        n = next(_uids)
+        self._pv: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"pv-{n}", "uid": f"uid-{n}", "resourceVersion": "1"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}},
+            "status": {"phase": "Available"},
+        }
+
+    def name(self, name: str) -> Self:
+        self._pv["metadata"]["name"] = name
+        return self
+
+    def storage_class(self, name: str) -> Self:
+        self._pv["spec"]["storageClassName"] = name
+        return self
+
+    def capacity(self, size: str) -> Self:
+        self._pv["spec"]["capacity"]["storage"] = size
+        return self
+
+    def on_node(self, node: str, key: str = "kubernetes.io/hostname") -> Self:
+        """Node affinity to nodes labelled ``key=node``."""
+        term = {"matchExpressions": [{"key": key, "operator": "In", "values": [node]}]}
+        self._pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+        return self
+
+    def claimed_by(self, namespace: str, name: str, uid: str = "") -> Self:
+        self._pv["spec"]["claimRef"] = {"namespace": namespace, "name": name, "uid": uid}
+        return self
+
+    def phase(self, phase: str) -> Self:
+        self._pv["status"]["phase"] = phase
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return copy.deepcopy(self._pv)
+
+
+def make_pvc() -> ClaimBuilder:
+    return ClaimBuilder()
+
+
+def make_pv() -> VolumeBuilder:
+    return VolumeBuilder()
+
+
+def make_storage_class(
+    name: str, *, provisioner: str = "example.com/csi", binding: str = "WaitForFirstConsumer", **extra: Any
+) -> dict[str, Any]:
+    """A StorageClass; ``extra`` fields (``allowedTopologies``) are set as given."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "provisioner": provisioner,
+        "volumeBindingMode": binding,
+        **extra,
+    }

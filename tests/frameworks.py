@@ -7,7 +7,7 @@ The binder and waiting-pods ports are the only fakes: everything else
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,13 +16,13 @@ import yaml
 from usher.config import default_config, parse_config
 from usher.core.cache import DisruptionBudget
 from usher.core.clock import FakeClock
-from usher.core.dra.ports import WriteResult
 from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import QueueOptions, SchedulingQueue
-from usher.core.types import NodeName, PodInfo, PodKey, Status
+from usher.core.types import NodeName, PodInfo, PodKey, Status, WriteResult
+from usher.core.volumes.state import VolumeState
 from usher.scheduling.preemption import Evictions
 
 
@@ -79,6 +79,42 @@ class RecordingClaimWriter:
 
 
 @dataclass
+class RecordingVolumeWriter:
+    """Records PV/PVC writes and answers each with the object and a bumped resourceVersion, or the
+    scripted status. Each ``changed`` runs the next of ``script`` (a test's stand-in for the watch
+    event the wait is for) and returns True; with the script used up it returns False at once, as
+    the deadline would: nothing waits for the wall clock."""
+
+    writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    script: list[Callable[[], None]] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+
+    def _answer(self, kind: str, obj: Mapping[str, Any]) -> WriteResult:
+        body = copy.deepcopy(dict(obj))
+        self.writes.append((kind, body))
+        status = self.answers.pop(0) if self.answers else 200
+        if status != 200:
+            return WriteResult(status, {"message": f"HTTP {status}"})
+        meta = body.setdefault("metadata", {})
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+        return WriteResult(200, body)
+
+    async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:
+        return self._answer("volume", volume)
+
+    async def update_claim(self, claim: Mapping[str, Any]) -> WriteResult:
+        return self._answer("claim", claim)
+
+    async def changed(self, within: float) -> bool:
+        self.waits.append(within)
+        if not self.script:
+            return False
+        self.script.pop(0)()
+        return True
+
+
+@dataclass
 class FakeHandle:
     binder: RecordingBinder = field(default_factory=RecordingBinder)
     waiting_pods: NoWaiting = field(default_factory=NoWaiting)
@@ -89,6 +125,13 @@ class FakeHandle:
     services: dict[str, list[Mapping[str, str]]] = field(default_factory=dict)
     budgets: dict[str, list[DisruptionBudget]] = field(default_factory=dict)
     preemptions: Evictions = field(default_factory=Evictions)
+    volumes: VolumeState = field(default_factory=VolumeState)
+    volume_writer: RecordingVolumeWriter = field(default_factory=RecordingVolumeWriter)
+    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Node name -> labels, for ``node_labels``."""
+
+    def node_labels(self, node: str) -> Mapping[str, str] | None:
+        return self.nodes.get(node)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)

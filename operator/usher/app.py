@@ -37,6 +37,7 @@ from usher.adapters.kubeapi import KubeApi
 from usher.adapters.leading import KubeLeases, LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
+from usher.adapters.volumes import DispatcherVolumeWriter
 from usher.config import SchedulerConfig
 from usher.core.cache import Cache, DisruptionBudget
 from usher.core.clock import Clock, MonotonicClock
@@ -52,6 +53,8 @@ from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key
+from usher.core.volumes.ports import VolumeWriter
+from usher.core.volumes.state import VolumeState
 from usher.explaining import explain, queue_summary
 from usher.features import FeatureGates
 from usher.scheduling.attempts import Attempts
@@ -103,6 +106,8 @@ class PluginHandle:
     dra: DraState
     claims: ClaimWriter
     preemptions: PreemptionsInFlight
+    volumes: VolumeState
+    volume_writer: VolumeWriter
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
@@ -112,6 +117,10 @@ class PluginHandle:
 
     def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
         return self.cache.service_selectors(namespace)
+
+    def node_labels(self, node: str) -> Mapping[str, str] | None:
+        info = self.cache.node(node)
+        return info.labels if info is not None else None
 
 
 def build_scheduler(
@@ -123,7 +132,9 @@ def build_scheduler(
     writer: ApiWriter,
     binder: Binder,
     claim_writer: ClaimWriter,
+    volume_writer: VolumeWriter,
     leading: asyncio.Event,
+    volumes: VolumeState | None = None,
     registry: Registry | None = None,
     seed: int | None = None,
     status_delay: float = DEFAULT_DELAY,
@@ -133,9 +144,17 @@ def build_scheduler(
     waiting_pods = WaitingPods()
     nominator = Nominator()
     dra = DraState()
+    volumes = volumes or VolumeState()
     evictions = Evictions()
     handle = PluginHandle(
-        binder=binder, waiting_pods=waiting_pods, cache=cache, dra=dra, claims=claim_writer, preemptions=evictions
+        binder=binder,
+        waiting_pods=waiting_pods,
+        cache=cache,
+        dra=dra,
+        claims=claim_writer,
+        preemptions=evictions,
+        volumes=volumes,
+        volume_writer=volume_writer,
     )
     registry = registry or in_tree_registry()
     frameworks = {
@@ -205,7 +224,7 @@ def build_scheduler(
         wake=wakeup,
     )
     cluster_events = ClusterEvents(
-        handlers=EventHandlers(cache, queue, set(frameworks), dra=dra),
+        handlers=EventHandlers(cache, queue, set(frameworks), dra=dra, volumes=volumes),
         cache=cache,
         writer=writer,
         failures=failures,
@@ -313,6 +332,9 @@ async def run(options: RunOptions) -> None:
     dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
     always = asyncio.Event()
     always.set()
+    volumes = VolumeState()
+    volume_writer = DispatcherVolumeWriter(dispatcher)
+    volumes.on_change(volume_writer.notify)
     scheduler = build_scheduler(
         options.config,
         options.gates,
@@ -321,6 +343,8 @@ async def run(options: RunOptions) -> None:
         writer=dispatcher,
         binder=DispatcherBinder(dispatcher),
         claim_writer=DispatcherClaimWriter(dispatcher, api),
+        volume_writer=volume_writer,
+        volumes=volumes,
         leading=elector.leading if elector is not None else always,
         seed=options.seed,
         status_delay=options.status_delay,

@@ -28,6 +28,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
@@ -36,16 +37,17 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("VolumeBinding", 1),
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
     ]
-    assert [p.name for p in fw.plugins.reserve] == ["DynamicResources"]
-    assert [p.name for p in fw.plugins.pre_bind] == ["DynamicResources"]
+    assert [p.name for p in fw.plugins.reserve] == ["VolumeBinding", "DynamicResources"]
+    assert [p.name for p in fw.plugins.pre_bind] == ["VolumeBinding", "DynamicResources"]
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
     assert [p.name for p in fw.plugins.post_filter] == ["DefaultPreemption"]
     assert fw.plugins.permit == [] and fw.plugins.post_bind == []
-    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 14
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 15
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
 
 

@@ -188,7 +188,9 @@ async def test_a_newer_status_patch_keeps_the_nomination_of_the_one_it_replaces(
 
     def failed(message: str, nominated: str | None) -> Callable[[Mapping[str, Any] | None], dict[str, Any] | None]:
         def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
-            patch = condition_patch(current, kind="PodScheduled", status="False", reason="Unschedulable", message=message)
+            patch = condition_patch(
+                current, kind="PodScheduled", status="False", reason="Unschedulable", message=message
+            )
             if nominated is not None:
                 patch = patch or {"status": {}}
                 patch["status"]["nominatedNodeName"] = nominated or None

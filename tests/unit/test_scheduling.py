@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.builders import make_node, make_pod
-from tests.frameworks import RecordingClaimWriter
+from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
 from usher.adapters.dispatching import ApiCall
 from usher.adapters.kubeapi import ApiResult
 from usher.app import build_scheduler
@@ -173,6 +173,7 @@ async def harness() -> AsyncIterator[Harness]:
         writer=writer,
         binder=binder,
         claim_writer=RecordingClaimWriter(),
+        volume_writer=RecordingVolumeWriter(),
         leading=leading,
         seed=1,
     )

@@ -72,6 +72,9 @@ class Sink:
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 
+    def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record(kind, event_type, raw)
+
     def mark_synced(self) -> None:
         if self.delivered_when_synced is None:
             self.delivered_when_synced = list(self.delivered)
@@ -399,4 +402,4 @@ def test_usher_registers_only_event_handlers_so_kopf_has_no_barrier_no_diff_base
     assert not registry._changing.get_all_handlers()
     assert not registry._spawning.get_all_handlers()
     assert not registry._webhooks.get_all_handlers()
-    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 8
+    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 14

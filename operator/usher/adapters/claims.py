@@ -13,7 +13,7 @@ from typing import Any
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import KubeApi
 from usher.adapters.reporting import STRATEGIC_MERGE
-from usher.core.dra.ports import WriteResult
+from usher.core.types import WriteResult
 
 
 def claim_path(namespace: str, name: str) -> str:

@@ -52,6 +52,10 @@ class WatchSink(Protocol):
         """``kind`` is resourceclaims, resourceslices or deviceclasses (resource.k8s.io/v1)."""
         ...
 
+    def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """``kind`` is one of VOLUME_RESOURCES' plurals (core/v1 or storage.k8s.io/v1)."""
+        ...
+
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         """A policy/v1 PodDisruptionBudget (DefaultPreemption counts them)."""
         ...
@@ -64,6 +68,14 @@ class WatchSink(Protocol):
 
 
 DRA_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")
+VOLUME_RESOURCES: tuple[tuple[str, str], ...] = (
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("storage.k8s.io", "storageclasses"),
+    ("storage.k8s.io", "csinodes"),
+    ("storage.k8s.io", "csidrivers"),
+    ("storage.k8s.io", "csistoragecapacities"),
+)
 
 Deliver = Callable[[str, Mapping[str, Any]], None]
 """Hands one object to the sink: ``("MODIFIED" | "DELETED", raw object)``."""
@@ -136,6 +148,7 @@ KINDS: tuple[Kind, ...] = (
     ("", "services"),
     ("policy", "poddisruptionbudgets"),
     *(("resource.k8s.io", plural) for plural in DRA_RESOURCES),
+    *VOLUME_RESOURCES,
 )
 
 
@@ -196,12 +209,16 @@ def register(
     def dra(plural: str) -> Deliver:
         return lambda event_type, raw: sink.on_dra(plural, event_type, raw)
 
+    def volume(plural: str) -> Deliver:
+        return lambda event_type, raw: sink.on_volume(plural, event_type, raw)
+
     deliveries: dict[str, Deliver] = {
         "pods": sink.on_pod,
         "nodes": sink.on_node,
         "namespaces": sink.on_namespace,
         "poddisruptionbudgets": sink.on_disruption_budget,
         "services": sink.on_service,
+        **{plural: volume(plural) for _, plural in VOLUME_RESOURCES},
     }
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
     for group, plural in KINDS:

@@ -48,6 +48,17 @@ from usher.core.events import (
 )
 from usher.core.queue import SchedulingQueue
 from usher.core.types import PodInfo, PodKey, pod_key
+from usher.core.volumes.state import VolumeState
+
+#: The cluster event each watched storage kind raises (kube-scheduler's resources of the same names).
+VOLUME_KINDS: dict[str, Resource] = {
+    "persistentvolumeclaims": Resource.PERSISTENT_VOLUME_CLAIM,
+    "persistentvolumes": Resource.PERSISTENT_VOLUME,
+    "storageclasses": Resource.STORAGE_CLASS,
+    "csinodes": Resource.CSI_NODE,
+    "csidrivers": Resource.CSI_DRIVER,
+    "csistoragecapacities": Resource.CSI_STORAGE_CAPACITY,
+}
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -94,6 +105,7 @@ class EventHandlers:
     queue: SchedulingQueue
     scheduler_names: Collection[str]
     dra: DraState = field(default_factory=DraState)
+    volumes: VolumeState = field(default_factory=VolumeState)
     malformed: list[Malformed] = field(default_factory=list)
     _reflected: dict[PodKey, Incarnation] = field(default_factory=dict)
 
@@ -213,6 +225,16 @@ class EventHandlers:
         for event in node_update_events(old_raw, raw):
             self.queue.move_all(event, old_raw, raw)
         return "NodeUpdate"
+
+    def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> str:
+        """PVCs, PVs, storage classes and CSI objects: update the volume state, raise the cluster event."""
+        old, new = self.volumes.on_event(kind, event_type == DELETED, raw)
+        if old is None and new is None:
+            return ""
+        action = ActionType.ADD if old is None else ActionType.DELETE if new is None else ActionType.UPDATE
+        event = ClusterEvent(VOLUME_KINDS[kind], action)
+        self.queue.move_all(event, old.raw if old is not None else None, new.raw if new is not None else None)
+        return event.label
 
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> str:
         """ResourceClaims, ResourceSlices, DeviceClasses: update the DRA state, raise the cluster event."""

@@ -215,3 +215,23 @@ class QueueingHint(IntEnum):
 
     QUEUE_SKIP = 0
     QUEUE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """An API server's answer to a read or write of an object: the HTTP status and the body it returned."""
+
+    status: int
+    body: Mapping[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message") or f"HTTP {self.status}")

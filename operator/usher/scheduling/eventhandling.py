@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 class ClusterEvents:
-    """Applies watch events of pods, nodes, namespaces and DRA objects; marks the cache synced."""
+    """Applies watch events of pods, nodes, namespaces, DRA and storage objects; marks the cache synced."""
 
     def __init__(
         self,
@@ -75,6 +75,11 @@ class ClusterEvents:
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         started = self._timer()
         label = self._handlers.on_dra(kind, event_type, raw)
+        self._after_event(label, started)
+
+    def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        started = self._timer()
+        label = self._handlers.on_volume(kind, event_type, raw)
         self._after_event(label, started)
 
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:

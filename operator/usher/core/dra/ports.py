@@ -8,28 +8,9 @@ between, and the caller re-reads and decides again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """An API server's answer to a claim read or write: the HTTP status and the body it returned."""
-
-    status: int
-    body: Mapping[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message") or f"HTTP {self.status}")
+from usher.core.types import WriteResult
 
 
 class ClaimWriter(Protocol):

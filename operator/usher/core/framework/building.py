@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from usher.core.cache import DisruptionBudget
-from usher.core.dra.ports import ClaimWriter, WriteResult
+from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
 from usher.core.framework import names
 from usher.core.framework.args import PluginArgsError
@@ -51,7 +51,9 @@ from usher.core.framework.interface import (
 from usher.core.framework.profiles import PluginList, PluginRef, ProfileConfig
 from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import Framework, FrameworkRecorder, PluginSet
-from usher.core.types import NodeName, PodInfo, PodKey, Status
+from usher.core.types import NodeName, PodInfo, PodKey, Status, WriteResult
+from usher.core.volumes.ports import VolumeWriter
+from usher.core.volumes.state import VolumeState
 
 DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.SCHEDULING_GATES),
@@ -62,6 +64,7 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.NODE_AFFINITY, weight=2),
     PluginRef(names.NODE_PORTS),
     PluginRef(names.NODE_RESOURCES_FIT, weight=1),
+    PluginRef(names.VOLUME_BINDING),
     PluginRef(names.POD_TOPOLOGY_SPREAD, weight=2),
     PluginRef(names.INTER_POD_AFFINITY, weight=2),
     PluginRef(names.DYNAMIC_RESOURCES),
@@ -225,13 +228,23 @@ class _Unconnected:
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self._refuse()
 
+    async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:
+        self._refuse()
+
+    async def update_claim(self, claim: Mapping[str, Any]) -> WriteResult:
+        self._refuse()
+
+    async def changed(self, within: float) -> bool:
+        self._refuse()
+
 
 class _UnconnectedHandle:
-    """A ``Handle`` before usher is connected: an empty DRA state and ports that refuse every call."""
+    """A ``Handle`` before usher is connected: empty DRA and volume state, ports that refuse every call."""
 
     def __init__(self) -> None:
         self._ports = _Unconnected()
         self._dra = DraState()
+        self._volumes = VolumeState()
 
     @property
     def binder(self) -> Binder:
@@ -261,6 +274,17 @@ class _UnconnectedHandle:
     @property
     def preemptions(self) -> PreemptionsInFlight:
         return _NoPreemptions()
+
+    @property
+    def volumes(self) -> VolumeState:
+        return self._volumes
+
+    @property
+    def volume_writer(self) -> VolumeWriter:
+        return self._ports
+
+    def node_labels(self, node: str) -> Mapping[str, str] | None:
+        return None
 
 
 class _NoPreemptions:

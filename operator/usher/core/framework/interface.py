@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from usher.core.dra.state import DraState
     from usher.core.framework.cycle_state import CycleState
     from usher.core.queue.queuedpod import QueuedPod
+    from usher.core.volumes.ports import VolumeWriter
+    from usher.core.volumes.state import VolumeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +311,20 @@ class Handle(Protocol):
     @property
     def preemptions(self) -> PreemptionsInFlight:
         """Evictions in flight (DefaultPreemption's PreEnqueue gate and eligibility)."""
+        ...
+
+    @property
+    def volumes(self) -> VolumeState:
+        """PVCs, PVs, storage classes and CSI objects as watched or assumed (the volume plugins)."""
+        ...
+
+    @property
+    def volume_writer(self) -> VolumeWriter:
+        """The port for PV and PVC writes (VolumeBinding's PreBind)."""
+        ...
+
+    def node_labels(self, node: str) -> Mapping[str, str] | None:
+        """A node's labels as cached; None when usher has not seen it (VolumeBinding's PreBind)."""
         ...
 
 

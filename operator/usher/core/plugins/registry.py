@@ -21,6 +21,7 @@ def in_tree_registry() -> Registry:
         queuesort,
         schedulinggates,
         tainttoleration,
+        volumebinding,
     )
     from usher.core.plugins.noderesources import balanced
 
@@ -34,6 +35,7 @@ def in_tree_registry() -> Registry:
         nodeaffinity,
         nodeports,
         noderesources,
+        volumebinding,
         podtopologyspread,
         interpodaffinity,
         dynamicresources,
