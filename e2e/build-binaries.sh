@@ -204,8 +204,34 @@ build_helm() {
   cd - >/dev/null
 }
 
+# The CSI storage that e2e/storage.py runs per kwok node: Kubernetes' external-provisioner
+# sidecar, built inside its own module so its go.mod and go.sum pin every dependency as its
+# release does, and the harness's driver from e2e/hostpath-csi, whose --version is the hash of
+# its sources (e2e/storage.py computes the same hash and refuses a stale binary).
+build_csi() {
+  local v="$EXTERNAL_PROVISIONER_VERSION" out="$cache/bin/external-provisioner-$EXTERNAL_PROVISIONER_VERSION"
+  if has_version "$out/csi-provisioner" "csi-provisioner $v" --version; then
+    log "csi-provisioner $v: cached"
+  else
+    log "csi-provisioner $v: building (about 3 min cold on 2 cores)"
+    local mod="github.com/kubernetes-csi/external-provisioner/${v%%.*}" dir
+    dir="$(cd "$work" && go mod download -json "$mod@$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+    [[ -d "$dir" ]] || { log "go mod download $mod@$v gave no directory"; exit 1; }
+    mkdir -p "$out"
+    (cd "$dir" && go build "${goflags[@]}" -ldflags "-s -w -X main.version=$v" -o "$out/csi-provisioner.tmp" ./cmd/csi-provisioner)
+    mv "$out/csi-provisioner.tmp" "$out/csi-provisioner"
+  fi
+  local src="$here/hostpath-csi" bin="$cache/bin/hostpath-csi/hostpath-csi" sum
+  sum="$(find "$src" -maxdepth 1 -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
+  if has_version "$bin" "hostpath-csi $sum" --version; then log "hostpath-csi $sum: cached"; return; fi
+  log "hostpath-csi $sum: building"
+  mkdir -p "$(dirname "$bin")"
+  (cd "$src" && go build "${goflags[@]}" -ldflags "-s -w -X main.version=$sum" -o "$bin.tmp" .)
+  mv "$bin.tmp" "$bin"
+}
+
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm csi)
 start=$SECONDS
 for t in "${targets[@]}"; do
   case "$t" in
@@ -213,8 +239,9 @@ for t in "${targets[@]}"; do
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
+    csi) build_csi ;;
     e2e-test) build_e2e_test ;;
-    *) log "unknown target $t (kubernetes, etcd, kwok, helm, e2e-test)"; exit 2 ;;
+    *) log "unknown target $t (kubernetes, etcd, kwok, helm, csi, e2e-test)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - start)) s"

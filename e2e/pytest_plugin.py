@@ -44,7 +44,15 @@ KEEP_ENV = "USHER_KEEP_ARTIFACTS"
 #: for unrelated clusters, and the suite must never touch them by accident.
 EXTERNAL_KUBECONFIG_ENV = "USHER_KUBECONFIG"
 
-_NAMESPACE_DUMP_KINDS = "all,events,resourceclaims,resourceclaimtemplates,configmaps,serviceaccounts"
+_NAMESPACE_DUMP_KINDS = (
+    "all,events,resourceclaims,resourceclaimtemplates,configmaps,serviceaccounts,persistentvolumeclaims"
+)
+
+#: Cluster-scoped state dumped when a test failed; the storage kinds are e2e/storage.py's.
+_CLUSTER_DUMP_KINDS = (
+    "nodes,leases,deviceclasses,priorityclasses,persistentvolumes,storageclasses,csidrivers,csinodes,"
+    "csistoragecapacities"
+)
 
 _RUN_DIR = pytest.StashKey[Path]()
 _PLANE = pytest.StashKey[Cluster]()
@@ -113,7 +121,7 @@ def control_plane(request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterat
             # Cluster-wide state next to the logs: often why a pod did not schedule.
             with contextlib.suppress(Exception):
                 (artifacts_dir / "cluster-state.yaml").write_text(
-                    plane.kubectl("get", "nodes,leases,deviceclasses,priorityclasses", "-A", "-o", "yaml")
+                    plane.kubectl("get", _CLUSTER_DUMP_KINDS, "-A", "-o", "yaml")
                 )
 
 

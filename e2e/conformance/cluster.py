@@ -15,11 +15,10 @@ harness does about it:
   ``status.allocatable``, because kubelet is what copies them. `AllocatableMirror`
   does that kubelet job: extended resources in capacity are mirrored into
   allocatable, and dropped from it when they leave capacity.
-- Controllers the specs rely on beyond the e2e defaults: ReplicationControllers
-  (Multi-AZ, SchedulerPredicates cleanup), PV/PVC binding and protection (the PVC
-  node-affinity spec; namespaces with PVCs must finish deleting because
-  SchedulerPredicates waits for other test namespaces to be gone), PodGroup
-  protection (GenericWorkload).
+- Controllers the specs rely on beyond the e2e defaults (which include PV/PVC
+  binding and protection, needed by the PVC node-affinity spec and by namespaces
+  with PVCs finishing their deletion): ReplicationControllers (Multi-AZ,
+  SchedulerPredicates cleanup), PodGroup protection (GenericWorkload).
 - Feature gates and APIs: ``GenericWorkload`` on the API server,
   kube-controller-manager and kube-scheduler, and ``scheduling.k8s.io/v1beta1``
   served, for the GangScheduling, Workload and WorkloadAwarePreemption specs.
@@ -78,9 +77,6 @@ ALPHA_BETA_APIS = "scheduling.k8s.io/v1beta1=true"
 #: Controllers the specs need besides e2e.controlplane's defaults (see the module docstring).
 EXTRA_CONTROLLERS: tuple[str, ...] = (
     "replicationcontroller-controller",
-    "persistentvolume-binder-controller",
-    "persistentvolume-protection-controller",
-    "persistentvolumeclaim-protection-controller",
     "podgroup-protection-controller",
 )
 ZONE_LABEL = "topology.kubernetes.io/zone"

@@ -19,7 +19,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +122,8 @@ class Component:
             )
 
 
-def spawn(name: str, argv: list[str], logs_dir: Path, cwd: Path) -> Component:
-    """Start one component with stdout+stderr appended to ``logs/<name>.log``.
+def spawn(name: str, argv: list[str], logs_dir: Path, cwd: Path, *, env: Mapping[str, str] | None = None) -> Component:
+    """Start one component with stdout+stderr appended to ``logs/<name>.log``; ``env`` adds variables.
 
     Its own session (process group) lets `terminate` signal it and anything it
     forks at once, and keeps terminal Ctrl-C from reaching it behind our back.
@@ -137,9 +137,10 @@ def spawn(name: str, argv: list[str], logs_dir: Path, cwd: Path) -> Component:
     setpriv = shutil.which("setpriv")
     if setpriv and threading.current_thread() is threading.main_thread():
         prefix = [setpriv, "--pdeathsig", "KILL"]
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | dict(env or {})
     with log_path.open("ab") as log:
-        log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {shlex.join(argv)}\n".encode())
+        command = shlex.join([f"{key}={value}" for key, value in (env or {}).items()] + argv)
+        log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {command}\n".encode())
         log.flush()
         process = subprocess.Popen(
             prefix + argv,
@@ -147,7 +148,7 @@ def spawn(name: str, argv: list[str], logs_dir: Path, cwd: Path) -> Component:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=cwd,
-            env=env,
+            env=environment,
             start_new_session=True,
         )
     return Component(name=name, argv=argv, process=process, log_path=log_path)

@@ -55,8 +55,16 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "replicaset-controller",
     "deployment-controller",
     "job-controller",
+    "statefulset-controller",  # StatefulSets with volumeClaimTemplates (e2e/test_volumes.py)
     "pod-garbage-collector-controller",  # pods of deleted nodes
     "disruption-controller",  # PodDisruptionBudget status, read by preemption
+    # Volumes (e2e/storage.py): binds claims to PVs and hands WaitForFirstConsumer claims to the CSI
+    # provisioner once the scheduler picked a node; makes the claims of generic ephemeral volumes;
+    # keeps claims and PVs in use from being deleted under a pod.
+    "persistentvolume-binder-controller",
+    "ephemeral-volume-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 
