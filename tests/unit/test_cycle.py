@@ -104,3 +104,12 @@ def test_sampling_never_looks_for_fewer_than_100_nodes() -> None:
     assert sampler.num_to_find(1000, None) == 100
     assert sampler.num_to_find(1000, 50) == 500  # a profile's own percentage wins
     assert NodeSampler(percentage=0).num_to_find(10_000, None) == 500  # adaptive 50 - 80 % floors at 5 %
+
+
+def test_a_prefilter_rejection_is_said_once_not_again_per_node() -> None:
+    # kube-scheduler's FitError: with a PreFilter message, the nodes' statuses (all the same rejection)
+    # are not listed again.
+    cache = cache_with(make_node().name("a").obj(), make_node().name("b").obj())
+    pod = PodInfo.from_api(make_pod().pvc("missing").obj())
+    result = run(pod, cache)
+    assert result.message == '0/2 nodes are available: persistentvolumeclaim "missing" not found.'

@@ -45,14 +45,13 @@ class ScheduleResult:
             return ""
         if self.status.code is Code.ERROR:
             return self.status.message
-        parts = [f"0/{self.node_count} nodes are available"]
-        detail = reason_histogram(self.node_statuses.values())
+        head = f"0/{self.node_count} nodes are available"
         if self.pre_filter_message:
-            parts[0] += f": {self.pre_filter_message}."
-            if detail:
-                parts.append(f" {detail}.")
-            return "".join(parts)
-        return f"{parts[0]}: {detail}." if detail else f"{parts[0]}."
+            # As kube-scheduler's FitError: every node carries the PreFilter rejection, so listing the nodes'
+            # reasons as well would say it twice.
+            return f"{head}: {self.pre_filter_message}."
+        detail = reason_histogram(self.node_statuses.values())
+        return f"{head}: {detail}." if detail else f"{head}."
 
 
 class NodeSampler:
