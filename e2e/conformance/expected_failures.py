@@ -23,12 +23,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
     "entire group with All disruption mode by a pod group [Beta] [Feature:OffByDefault]":
         NO_GANG_PREEMPTION,
-    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
-    "partial group with Single disruption mode by a pod group [Beta] [Feature:OffByDefault]":
-        NO_GANG_PREEMPTION,
-    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
-    "partial group with Single disruption mode by an individual pod [Beta] [Feature:OffByDefault]":
-        NO_GANG_PREEMPTION,
     "[sig-scheduling] GangScheduling [FeatureGate:GenericWorkload] should schedule pods only when quorum is reached "
     "[Beta] [Feature:OffByDefault]":
         NO_GANG,
@@ -40,4 +34,4 @@ EXPECTED_FAILURES: dict[str, str] = {
 PASSES_BY_CHANCE: frozenset[str] = frozenset()
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = 4
+MAX_ENTRIES = 2
