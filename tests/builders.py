@@ -100,6 +100,15 @@ class PodBuilder:
         )
         return self
 
+    def volume(self, name: str, **source: Any) -> Self:
+        """A volume with the given source, e.g. ``volume("d", gcePersistentDisk={"pdName": "disk"})``."""
+        self._pod["spec"].setdefault("volumes", []).append({"name": name, **source})
+        return self
+
+    def nominated(self, node: str) -> Self:
+        self._pod["status"]["nominatedNodeName"] = node
+        return self
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._pod)
 
@@ -168,6 +177,14 @@ class ClaimBuilder:
         self._pvc["spec"]["storageClassName"] = name
         return self
 
+    def namespace(self, namespace: str) -> Self:
+        self._pvc["metadata"]["namespace"] = namespace
+        return self
+
+    def access_modes(self, *modes: str) -> Self:
+        self._pvc["spec"]["accessModes"] = list(modes)
+        return self
+
     def request(self, size: str) -> Self:
         self._pvc["spec"]["resources"]["requests"]["storage"] = size
         return self
@@ -234,6 +251,20 @@ class VolumeBuilder:
         self._pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
         return self
 
+    def label(self, key: str, value: str) -> Self:
+        self._pv["metadata"].setdefault("labels", {})[key] = value
+        return self
+
+    def csi(self, driver: str, handle: str) -> Self:
+        """A CSI volume (``spec.csi``)."""
+        self._pv["spec"]["csi"] = {"driver": driver, "volumeHandle": handle}
+        return self
+
+    def source(self, **source: Any) -> Self:
+        """An in-tree volume source, e.g. ``source(awsElasticBlockStore={"volumeID": "vol-1"})``."""
+        self._pv["spec"].update(source)
+        return self
+
     def claimed_by(self, namespace: str, name: str, uid: str = "") -> Self:
         self._pv["spec"]["claimRef"] = {"namespace": namespace, "name": name, "uid": uid}
         return self
@@ -265,4 +296,29 @@ def make_storage_class(
         "provisioner": provisioner,
         "volumeBindingMode": binding,
         **extra,
+    }
+
+
+def make_csi_node(name: str, limits: dict[str, int | None], *, migrated: str = "") -> dict[str, Any]:
+    """A CSINode with a driver per ``limits`` entry (None: the driver reports no count); ``migrated`` is
+    the ``storage.alpha.kubernetes.io/migrated-plugins`` annotation."""
+    drivers: list[dict[str, Any]] = []
+    for driver, count in limits.items():
+        entry: dict[str, Any] = {"name": driver, "nodeID": name}
+        if count is not None:
+            entry["allocatable"] = {"count": count}
+        drivers.append(entry)
+    meta: dict[str, Any] = {"name": name, "resourceVersion": "1"}
+    if migrated:
+        meta["annotations"] = {"storage.alpha.kubernetes.io/migrated-plugins": migrated}
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": meta, "spec": {"drivers": drivers}}
+
+
+def make_csi_driver(name: str, **spec: Any) -> dict[str, Any]:
+    """A CSIDriver; ``spec`` fields (``preventPodSchedulingIfMissing``) are set as given."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": spec,
     }

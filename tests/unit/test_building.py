@@ -21,6 +21,17 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     fw = build_framework(profile(), registry=in_tree_registry(), handle=FakeHandle())
     assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources", "DefaultPreemption"]
     assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
+    assert [p.name for p in fw.plugins.pre_filter] == [
+        "NodeAffinity",
+        "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "DynamicResources",
+    ]
     assert [p.name for p in fw.plugins.filter] == [
         "NodeName",
         "NodeUnschedulable",
@@ -28,7 +39,10 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
         "VolumeBinding",
+        "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
@@ -47,7 +61,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
     assert [p.name for p in fw.plugins.post_filter] == ["DefaultPreemption"]
     assert fw.plugins.permit == [] and fw.plugins.post_bind == []
-    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 15
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 18
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
 
 

@@ -156,3 +156,36 @@ def test_the_node_list_knows_which_nodes_hold_pods_with_affinity_terms(cache: Ca
     assert names() == (["n3"], ["n3"])
     cache.remove_node("n3")
     assert names() == ([], [])
+
+
+def _using(name: str, node: str, *claims: str, namespace: str = "default") -> PodInfo:
+    builder = make_pod().name(name).namespace(namespace).node(node).ephemeral("scratch")
+    for claim in claims:
+        builder.pvc(claim)
+    return PodInfo.from_api(builder.obj())
+
+
+def test_the_node_list_counts_the_pods_using_each_claim_as_pods_come_and_go(cache: Cache) -> None:
+    from usher.core.cache import claims_in_use
+
+    cache.add_or_update_node(make_node().name("n2").obj())
+    nodes = cache.node_infos()
+    cache.add_or_update_pod(_using("a", "n1", "data", "logs"))
+    cache.add_or_update_pod(_using("b", "n2", "data", namespace="other"))
+    assumed = _using("c", "n2", "data")
+    cache.assume(assumed, NodeName("n2"))
+    cache.add_or_update_pod(_using("d", "gone", "logs"))  # on a node the watch has not listed: counted
+    # Generic ephemeral volumes are not counted (kube-scheduler's PodPVCKeys).
+    assert dict(claims_in_use(nodes)) == {"default/data": 2, "default/logs": 2, "other/data": 1}
+    cache.forget(assumed)
+    assert dict(claims_in_use(nodes)) == {"default/data": 1, "default/logs": 2, "other/data": 1}
+    # An update on the same node replaces the pod's claims; a move to another node counts it once.
+    cache.add_or_update_pod(_using("a", "n1", "data"))
+    cache.add_or_update_pod(_using("a", "n2", "data"))
+    assert dict(claims_in_use(nodes)) == {"default/data": 1, "default/logs": 1, "other/data": 1}
+    cache.remove_pod(_using("d", "gone").key)
+    finished = _using("b", "n2", "data", namespace="other").raw
+    cache.add_or_update_pod(PodInfo.from_api({**finished, "status": {"phase": "Succeeded"}}))
+    assert dict(claims_in_use(nodes)) == {"default/data": 1}
+    # Without the cache's NodeList (a plain list of nodes), the pods on them are counted.
+    assert dict(claims_in_use(list(nodes))) == {"default/data": 1}

@@ -7,8 +7,10 @@ from usher.core.cache.budgets import DisruptionBudget
 from usher.core.cache.caching import (
     Cache,
     NodeList,
+    claims_in_use,
     nodes_with_affinity_pods,
     nodes_with_required_anti_affinity_pods,
+    pod_claim_keys,
 )
 from usher.core.cache.nodeinfo import NodeInfo
 
@@ -17,6 +19,8 @@ __all__ = [
     "DisruptionBudget",
     "NodeInfo",
     "NodeList",
+    "claims_in_use",
     "nodes_with_affinity_pods",
     "nodes_with_required_anti_affinity_pods",
+    "pod_claim_keys",
 ]

@@ -41,6 +41,8 @@ class NodeList(list[NodeInfo]):
 
     with_affinity: Mapping[NodeName, NodeInfo]
     with_required_anti_affinity: Mapping[NodeName, NodeInfo]
+    claim_refs: Mapping[str, int]
+    """``namespace/claim`` -> how many counted pods (on any node, listed or not) use that claim."""
 
 
 def nodes_with_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
@@ -57,6 +59,33 @@ def nodes_with_required_anti_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterabl
     return [node for node in nodes if node.pods_with_required_anti_affinity > 0]
 
 
+def pod_claim_keys(pod: PodInfo) -> list[str]:
+    """``namespace/claimName`` of each ``persistentVolumeClaim`` volume of the pod (kube-scheduler's
+    PodPVCKeys: generic ephemeral volumes are not counted)."""
+    volumes = (pod.raw.get("spec") or {}).get("volumes")
+    if not volumes:
+        return []
+    return [
+        f"{pod.namespace}/{pvc.get('claimName') or ''}"
+        for volume in volumes
+        if (pvc := volume.get("persistentVolumeClaim")) is not None
+    ]
+
+
+def claims_in_use(nodes: Sequence[NodeInfo]) -> Mapping[str, int]:
+    """``namespace/claim`` -> how many pods use it (kube-scheduler's snapshot-wide usedPVCRefCounts, read by
+    VolumeRestrictions): the cache's running count for a cycle's NodeList (O(1); pods on nodes the watch
+    has not listed count too, as in kube-scheduler's snapshot), else counted over ``nodes``' pods."""
+    if isinstance(nodes, NodeList):
+        return nodes.claim_refs
+    counts: dict[str, int] = {}
+    for node in nodes:
+        for pod in node.pods.values():
+            for key in pod_claim_keys(pod):
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 class Cache:
     """Nodes and the pods counted on them (bound or assumed), as the scheduling cycle sees them. Pure."""
 
@@ -71,6 +100,8 @@ class Cache:
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
         self._with_affinity: dict[NodeName, NodeInfo] = {}
         self._with_required_anti_affinity: dict[NodeName, NodeInfo] = {}
+        self._claim_refs: dict[str, int] = {}
+        """``namespace/claim`` -> counted pods using it (kube-scheduler's usedPVCRefCounts)."""
 
     # -- nodes ---------------------------------------------------------------
 
@@ -154,7 +185,9 @@ class Cache:
         info = self._nodes.get(node)
         if info is None:
             return
-        info.remove_pod(key)
+        removed = info.remove_pod(key)
+        if removed is not None:
+            self._count_claims(removed, -1)
         self._track_affinity(info)
         if not info.exists and not info.pods:
             del self._nodes[node]
@@ -166,9 +199,22 @@ class Cache:
         info = self._nodes.get(node)
         if info is None:
             info = self._nodes[node] = NodeInfo(name=node)
+        replaced = info.pods.get(pod.key)
+        if replaced is not None:
+            self._count_claims(replaced, -1)
         info.add_pod(pod)
+        self._count_claims(pod, 1)
         self._track_affinity(info)
         self._pod_nodes[pod.key] = node
+
+    def _count_claims(self, pod: PodInfo, delta: int) -> None:
+        refs = self._claim_refs
+        for key in pod_claim_keys(pod):
+            count = refs.get(key, 0) + delta
+            if count > 0:
+                refs[key] = count
+            else:
+                refs.pop(key, None)
 
     def _track_affinity(self, info: NodeInfo) -> None:
         for index, count in (
@@ -211,6 +257,7 @@ class Cache:
             nodes = NodeList(sorted((i for i in self._nodes.values() if i.exists), key=lambda i: i.name))
             nodes.with_affinity = self._with_affinity
             nodes.with_required_anti_affinity = self._with_required_anti_affinity
+            nodes.claim_refs = self._claim_refs
             self._node_list = nodes
         return self._node_list
 

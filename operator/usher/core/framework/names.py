@@ -21,15 +21,15 @@ NODE_RESOURCES_BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 DEFAULT_BINDER = "DefaultBinder"
 DEFAULT_PREEMPTION = "DefaultPreemption"
 VOLUME_BINDING = "VolumeBinding"
+VOLUME_RESTRICTIONS = "VolumeRestrictions"
+VOLUME_ZONE = "VolumeZone"
+NODE_VOLUME_LIMITS = "NodeVolumeLimits"
 
 # kube-scheduler's in-tree plugins usher does not implement.
 GANG_SCHEDULING = "GangScheduling"
 IMAGE_LOCALITY = "ImageLocality"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
-NODE_VOLUME_LIMITS = "NodeVolumeLimits"
 DEFERRED_POD_SCHEDULING = "DeferredPodScheduling"
-VOLUME_RESTRICTIONS = "VolumeRestrictions"
-VOLUME_ZONE = "VolumeZone"
 TOPOLOGY_PLACEMENT_GENERATOR = "TopologyPlacementGenerator"
 POD_GROUP_PODS_COUNT = "PodGroupPodsCount"
 

@@ -17,11 +17,14 @@ def in_tree_registry() -> Registry:
         nodeports,
         noderesources,
         nodeunschedulable,
+        nodevolumelimits,
         podtopologyspread,
         queuesort,
         schedulinggates,
         tainttoleration,
         volumebinding,
+        volumerestrictions,
+        volumezone,
     )
     from usher.core.plugins.noderesources import balanced
 
@@ -35,7 +38,10 @@ def in_tree_registry() -> Registry:
         nodeaffinity,
         nodeports,
         noderesources,
+        volumerestrictions,
+        nodevolumelimits,
         volumebinding,
+        volumezone,
         podtopologyspread,
         interpodaffinity,
         dynamicresources,

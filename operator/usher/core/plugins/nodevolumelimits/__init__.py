@@ -1,0 +1,320 @@
+"""NodeVolumeLimits: a node's CSI drivers can attach only so many volumes. Pure.
+
+kube-scheduler's CSILimits plugin (pkg/scheduler/framework/plugins/nodevolumelimits),
+message for message. Per CSI driver, the unique volumes (``driver/volumeHandle``)
+of the pods on the node plus the incoming pod's new ones must not exceed the
+node's CSINode ``spec.drivers[].allocatable.count``:
+
+- a claim (``persistentVolumeClaim`` or a generic ephemeral volume's
+  ``<pod>-<volume>`` claim, which must be the pod's) counts as its bound PV's
+  ``spec.csi`` driver and handle; an unbound claim (or one whose PV is gone)
+  as its StorageClass's provisioner with a handle unique to the claim; PVs
+  and classes of in-tree plugins migrated to CSI (csi-translation-lib: AWS
+  EBS, GCE PD, Azure Disk, Cinder, Portworx) as their CSI driver, and so do
+  inline in-tree volumes of those plugins, when the node has a CSINode;
+- the incoming pod's claim must exist (UnschedulableAndUnresolvable
+  ``looking up PVC ns/name: persistentvolumeclaim "name" not found``); an
+  existing pod's missing claim is not counted;
+- VolumeLimitScaling (beta, on in kube-scheduler 1.37): a driver whose
+  CSIDriver sets ``preventPodSchedulingIfMissing`` must be on the node's
+  CSINode (Unschedulable ``<driver> CSI driver is not installed on the node``);
+- a node without a CSINode, or whose drivers report no count, has no limit.
+
+Over the limit: Unschedulable ``node(s) exceed max volume count`` (deleting or
+preempting a pod frees attachments). PreFilter skips pods with no claim,
+ephemeral or migratable inline volume.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from usher.core.events import ActionType, ClusterEvent, Resource
+from usher.core.framework.args import reject_unknown_args
+from usher.core.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin, PreFilterResult
+from usher.core.framework.names import NODE_VOLUME_LIMITS
+from usher.core.hints import ClusterEventWithHint
+from usher.core.types import SUCCESS, Code, PodInfo, QueueingHint, Status, error, unschedulable
+from usher.core.volumes.csitranslation import (
+    AWS_EBS_PLUGIN,
+    AZURE_DISK_PLUGIN,
+    CINDER_PLUGIN,
+    GCE_PD_PLUGIN,
+    PORTWORX_PLUGIN,
+    TranslationError,
+    inline_volume_handle,
+    plugin_named,
+    plugin_of,
+    pv_volume_handle,
+)
+from usher.core.volumes.model import Claim, CsiNode
+from usher.core.volumes.podvolumes import ephemeral_owner_error
+from usher.core.volumes.state import VolumeState
+
+if TYPE_CHECKING:
+    from usher.core.cache import NodeInfo
+    from usher.core.framework.cycle_state import CycleState
+
+NAME = NODE_VOLUME_LIMITS
+REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
+
+MIGRATION_ON = frozenset({AWS_EBS_PLUGIN, PORTWORX_PLUGIN, GCE_PD_PLUGIN, AZURE_DISK_PLUGIN, CINDER_PLUGIN})
+"""The in-tree plugins whose CSI migration kube-scheduler 1.37 counts as on (nodevolumelimits' isCSIMigrationOn:
+GA and locked on; Azure File and vSphere are not in its list)."""
+
+_SKIP = Status(Code.SKIP)
+
+
+class VolumeHandle(Protocol):
+    """What NodeVolumeLimits needs from the framework handle."""
+
+    @property
+    def volumes(self) -> VolumeState: ...
+
+
+class _ClaimNotFoundError(Exception):
+    """The incoming pod's claim does not exist (UnschedulableAndUnresolvable)."""
+
+
+class _VolumesError(Exception):
+    """Any other error looking at a pod's volumes (an Error status, as upstream's AsStatus)."""
+
+
+def migration_on(csi_node: CsiNode | None, plugin: str) -> bool:
+    """kube-scheduler's isCSIMigrationOn: a CSINode exists and the plugin's migration is on."""
+    return csi_node is not None and plugin in MIGRATION_ON
+
+
+def inline_migratable(volume: Mapping[str, Any]) -> bool:
+    """csi-translation-lib's IsInlineMigratable: an inline volume of an in-tree plugin with migration logic."""
+    return plugin_of(volume) is not None
+
+
+def _volumes(pod_raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod_raw.get("spec") or {}).get("volumes") or ())
+
+
+class NodeVolumeLimits:
+    """Per CSI driver, the node's attach limit (CSINode allocatable count)."""
+
+    name = NAME
+
+    def __init__(self, handle: VolumeHandle, volume_id_prefix: str) -> None:
+        self._volumes = handle.volumes
+        self._prefix = volume_id_prefix
+        """Prefix of the handles of unbound claims (random, as upstream, so no real handle collides)."""
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[PreFilterResult | None, Status]:
+        for volume in _volumes(pod.raw):
+            if (
+                volume.get("persistentVolumeClaim") is not None
+                or volume.get("ephemeral") is not None
+                or inline_migratable(volume)
+            ):
+                return None, SUCCESS
+        return None, _SKIP
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        if not _volumes(pod.raw):
+            return SUCCESS
+        csi_node = self._volumes.csi_nodes.get(node.name)  # none yet: no limits, no migration (as upstream)
+        wanted: dict[str, str] = {}
+        try:
+            self._attachable(pod.raw, csi_node, new_pod=True, result=wanted)
+        except _ClaimNotFoundError as exc:
+            return unschedulable(str(exc), resolvable=False)
+        except _VolumesError as exc:
+            return error(str(exc))
+        if not wanted:
+            return SUCCESS
+        for driver in wanted.values():
+            if not self._driver_on_node(driver, csi_node):
+                return unschedulable(f"{driver} CSI driver is not installed on the node")
+        limits = {driver: count for driver, count in (csi_node.limits if csi_node else {}).items() if count is not None}
+        if not limits:
+            return SUCCESS
+        attached: dict[str, str] = {}
+        try:
+            for other in node.pods.values():
+                self._attachable(other.raw, csi_node, new_pod=False, result=attached)
+        except (_ClaimNotFoundError, _VolumesError) as exc:
+            return error(str(exc))
+        attached_count: dict[str, int] = {}
+        for unique, driver in attached.items():
+            wanted.pop(unique, None)  # a volume already attached for another pod is not attached again
+            attached_count[driver] = attached_count.get(driver, 0) + 1
+        new_count: dict[str, int] = {}
+        for driver in wanted.values():
+            new_count[driver] = new_count.get(driver, 0) + 1
+        for driver, count in new_count.items():
+            limit = limits.get(driver)
+            if limit is not None and attached_count.get(driver, 0) + count > limit:
+                return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
+        return SUCCESS
+
+    def _driver_on_node(self, driver: str, csi_node: CsiNode | None) -> bool:
+        """kube-scheduler's checkCSIDriverOnNode (VolumeLimitScaling): only a CSIDriver that opts in with
+        ``preventPodSchedulingIfMissing`` must be registered on the node's CSINode."""
+        known = self._volumes.csi_drivers.get(driver)
+        if known is None or not (known.raw.get("spec") or {}).get("preventPodSchedulingIfMissing"):
+            return True
+        return csi_node is not None and driver in csi_node.limits
+
+    def _attachable(
+        self, pod_raw: Mapping[str, Any], csi_node: CsiNode | None, *, new_pod: bool, result: dict[str, str]
+    ) -> None:
+        """kube-scheduler's filterAttachableVolumes: add the pod's CSI volumes to ``result``
+        (``driver/handle`` -> driver)."""
+        meta = pod_raw.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        for volume in _volumes(pod_raw):
+            ephemeral = False
+            pvc = volume.get("persistentVolumeClaim")
+            if pvc is not None:
+                claim_name = str(pvc.get("claimName") or "")
+            elif volume.get("ephemeral") is not None:
+                claim_name, ephemeral = f"{meta.get('name') or ''}-{volume.get('name') or ''}", True
+            else:
+                self._inline(volume, csi_node, namespace, result)
+                continue
+            if not claim_name:
+                raise _VolumesError("PersistentVolumeClaim had no name")
+            claim = self._volumes.watched_claim(f"{namespace}/{claim_name}")
+            if claim is None:
+                if not new_pod:
+                    continue  # not counted: nothing says the claim belongs to the running pod
+                broken = self._volumes.broken.get(f"persistentvolumeclaims/{namespace}/{claim_name}")
+                reason = f": {broken}" if broken else " not found"
+                what = f'looking up PVC {namespace}/{claim_name}: persistentvolumeclaim "{claim_name}"'
+                raise _ClaimNotFoundError(what + reason)
+            if ephemeral and (why := ephemeral_owner_error(pod_raw, claim)):
+                raise _VolumesError(why)
+            driver, handle = self._driver_info(csi_node, claim)
+            if driver and handle:
+                result[f"{driver}/{handle}"] = driver
+
+    @staticmethod
+    def _inline(volume: Mapping[str, Any], csi_node: CsiNode | None, namespace: str, result: dict[str, str]) -> None:
+        """kube-scheduler's checkAttachableInlineVolume: an inline in-tree volume counts as its CSI
+        driver's when its migration is on."""
+        plugin = plugin_of(volume)
+        if plugin is None or not migration_on(csi_node, plugin.name):
+            return
+        try:
+            _, handle = inline_volume_handle(volume, namespace)
+        except TranslationError as exc:
+            raise _VolumesError(f"converting volume({volume.get('name') or ''}) from inline to csi: {exc}") from exc
+        result[f"{plugin.driver}/{handle}"] = plugin.driver
+
+    def _driver_info(self, csi_node: CsiNode | None, claim: Claim) -> tuple[str, str]:
+        """kube-scheduler's getCSIDriverInfo: the bound PV's CSI driver and handle (translated for a
+        migrated in-tree PV); ("", "") when it does not count."""
+        if not claim.volume_name:
+            return self._driver_info_from_class(csi_node, claim)
+        volume = self._volumes.watched_volume(claim.volume_name)
+        if volume is None:  # deleted, or the claim is pre-bound to a PV not created yet
+            return self._driver_info_from_class(csi_node, claim)
+        csi = (volume.raw.get("spec") or {}).get("csi")
+        if csi is not None:
+            return str(csi.get("driver") or ""), str(csi.get("volumeHandle") or "")
+        plugin = plugin_of(volume.raw.get("spec") or {})
+        if plugin is None or not migration_on(csi_node, plugin.name):
+            return "", ""
+        try:
+            _, handle = pv_volume_handle(volume.raw)
+        except TranslationError:
+            return "", ""
+        return plugin.driver, handle
+
+    def _driver_info_from_class(self, csi_node: CsiNode | None, claim: Claim) -> tuple[str, str]:
+        """kube-scheduler's getCSIDriverInfoFromSC: the class's provisioner (its CSI driver for a migrated
+        in-tree one) and a handle unique to the claim. A claim without a (known) class binds immediately,
+        so is bound before it is scheduled: not counted."""
+        if not claim.class_name:
+            return "", ""
+        storage_class = self._volumes.classes.get(claim.class_name)
+        if storage_class is None:
+            return "", ""
+        handle = f"{self._prefix}-{claim.namespace}/{claim.name}"
+        plugin = plugin_named(storage_class.provisioner)
+        if plugin is not None:
+            return (plugin.driver, handle) if migration_on(csi_node, plugin.name) else ("", "")
+        return storage_class.provisioner, handle
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        return [
+            # Any new CSINode may make a pod rejected for its volumes schedulable: no hint, as upstream.
+            ClusterEventWithHint(ClusterEvent(Resource.CSI_NODE, ActionType.ADD)),
+            ClusterEventWithHint(ClusterEvent(Resource.CSI_NODE, ActionType.UPDATE), hint=csi_node_updated),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), hint=assigned_pod_deleted),
+            ClusterEventWithHint(ClusterEvent(Resource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD), hint=claim_added),
+        ]
+
+
+def _limits(raw: Any) -> dict[str, int]:
+    """A CSINode's drivers -> allocatable count (0 when unset), as the hint reads them."""
+    limits: dict[str, int] = {}
+    for driver in ((raw or {}).get("spec") or {}).get("drivers") or ():
+        count = (driver.get("allocatable") or {}).get("count")
+        limits[str(driver.get("name") or "")] = int(count) if count is not None else 0
+    return limits
+
+
+def csi_node_updated(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Queue when a driver's limit went up (a driver new to the CSINode counts as up from 0)."""
+    before = _limits(old)
+    for driver, limit in _limits(new).items():
+        if limit > before.get(driver, 0):
+            return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
+
+
+def assigned_pod_deleted(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Queue when the deleted pod was placed (or nominated) and had a claim, an ephemeral or a migratable
+    inline volume: its attachments may be gone."""
+    deleted = old or {}
+    volumes = _volumes(deleted)
+    if not volumes:
+        return QueueingHint.QUEUE_SKIP
+    if not (deleted.get("spec") or {}).get("nodeName") and not (deleted.get("status") or {}).get("nominatedNodeName"):
+        return QueueingHint.QUEUE_SKIP
+    for volume in volumes:
+        if (
+            volume.get("persistentVolumeClaim") is not None
+            or volume.get("ephemeral") is not None
+            or inline_migratable(volume)
+        ):
+            return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
+
+
+def claim_added(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Queue when the added claim is one of the pod's (``persistentVolumeClaim`` or ephemeral ``<pod>-<volume>``)."""
+    meta = (new or {}).get("metadata") or {}
+    if meta.get("namespace") != pod.namespace:
+        return QueueingHint.QUEUE_SKIP
+    for volume in _volumes(pod.raw):
+        pvc = volume.get("persistentVolumeClaim")
+        if pvc is not None:
+            claim_name = pvc.get("claimName")
+        elif volume.get("ephemeral") is not None:
+            claim_name = f"{pod.name}-{volume.get('name') or ''}"
+        else:
+            continue
+        if claim_name == meta.get("name"):
+            return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
+
+
+def new(args: Mapping[str, Any], handle: VolumeHandle) -> NodeVolumeLimits:
+    reject_unknown_args(args, set())
+    return NodeVolumeLimits(handle, secrets.token_hex(16))
+
+
+_check_pre_filter: type[PreFilterPlugin] = NodeVolumeLimits
+_check_filter: type[FilterPlugin] = NodeVolumeLimits
+_check_events: type[EnqueueExtensions] = NodeVolumeLimits
