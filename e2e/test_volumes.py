@@ -291,3 +291,32 @@ def test_a_statefulset_of_twenty_replicas_with_volume_claim_templates_comes_up(
         60,
         "the StatefulSet to report 20 ready replicas",
     )
+
+
+def test_deleting_a_pod_frees_its_nodes_attach_count_for_a_waiting_pod(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    hostpath_storage: HostPathStorage,
+) -> None:
+    node = kwok_nodes("n", cpu="16")
+    hostpath_storage.serve(node, attach_limit=2)
+    scheduler = usher()
+    for i in range(3):
+        core_api.create_namespaced_persistent_volume_claim(namespace, claim(f"c{i}", hostpath_storage.wffc_class))
+    for i in range(2):
+        core_api.create_namespaced_pod(
+            namespace, pod_with(f"p{i}", scheduler.scheduler_name, claim_volume("d", f"c{i}"))
+        )
+    wait_for(lambda: all(node_of(core_api, namespace, f"p{i}") for i in range(2)), 90, "two pods bound")
+    core_api.create_namespaced_pod(namespace, pod_with("waiting", scheduler.scheduler_name, claim_volume("d", "c2")))
+    message = (
+        "0/1 nodes are available: 1 node(s) exceed max volume count. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+    wait_for(lambda: events_for(core_api, namespace, "waiting", "FailedScheduling"), 30, "the FailedScheduling Event")
+    assert events_for(core_api, namespace, "waiting", "FailedScheduling") == [message]
+    core_api.delete_namespaced_pod("p0", namespace, grace_period_seconds=0)
+    wait_for(lambda: node_of(core_api, namespace, "waiting"), 90, "the waiting pod bound once p0's volume is gone")
+    assert node_of(core_api, namespace, "waiting") == node
