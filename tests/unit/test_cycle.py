@@ -113,3 +113,25 @@ def test_a_prefilter_rejection_is_said_once_not_again_per_node() -> None:
     pod = PodInfo.from_api(make_pod().pvc("missing").obj())
     result = run(pod, cache)
     assert result.message == '0/2 nodes are available: persistentvolumeclaim "missing" not found.'
+
+
+def test_a_nominated_pod_takes_its_nominated_node_first_when_it_fits() -> None:
+    # kube-scheduler's evaluateNominatedNode: no other node is looked at, whatever the scores say.
+    nodes = [make_node().name(n).capacity(cpu="4", memory="8Gi", pods=10).obj() for n in ("roomy", "nominated")]
+    cache = cache_with(*nodes)
+    cache.add_or_update_pod(PodInfo.from_api(make_pod().node("nominated").req(cpu="3").obj()))
+    pod = PodInfo.from_api(make_pod().req(cpu="1").obj())
+    for seed in range(5):
+        result = schedule(
+            framework(), CycleState(), pod, cache.node_infos(), rng=random.Random(seed), nominated="nominated"
+        )
+        assert (result.node, result.evaluated) == ("nominated", 1)
+
+
+def test_a_nominated_node_that_no_longer_fits_falls_back_to_every_node() -> None:
+    nodes = [make_node().name(n).capacity(cpu="4", memory="8Gi", pods=10).obj() for n in ("other", "nominated")]
+    cache = cache_with(*nodes)
+    cache.add_or_update_pod(PodInfo.from_api(make_pod().node("nominated").req(cpu="4").obj()))
+    pod = PodInfo.from_api(make_pod().req(cpu="1").obj())
+    result = schedule(framework(), CycleState(), pod, cache.node_infos(), rng=random.Random(1), nominated="nominated")
+    assert result.node == "other"

@@ -80,7 +80,11 @@ def schedule(
     *,
     rng: random.Random,
     sampler: NodeSampler | None = None,
+    nominated: str | None = None,
 ) -> ScheduleResult:
+    """Place ``pod`` on one of ``nodes``. A pod ``nominated`` to a node (preemption made room there) tries
+    that node first and takes it if it fits, without looking at the others (kube-scheduler's
+    evaluateNominatedNode: that node is likely the only one that will fit)."""
     sampler = sampler or NodeSampler()
     result = ScheduleResult(node=None, node_count=len(nodes))
     if not nodes:
@@ -105,6 +109,12 @@ def schedule(
         result.unschedulable_plugins |= pre.rejectors
         if not candidates:
             result.pre_filter_message = "node(s) didn't satisfy plugin(s) " + str(sorted(pre.rejectors))
+            return result
+    if nominated:
+        held = next((n for n in candidates if n.name == nominated), None)
+        if held is not None and framework.run_filter_nodes(state, pod, [held]) == [None]:
+            result.evaluated = result.feasible = 1
+            result.node = held.name
             return result
     feasible: list[NodeInfo] = []
     total = len(candidates)

@@ -95,7 +95,8 @@ class SchedulingCycle:
         state = CycleState()
         state.write(RECORD_PLUGIN_METRICS, self._rng.random() < PLUGIN_METRICS_SAMPLE)
         nodes = self._cache.node_infos()
-        result = schedule(framework, state, pod, nodes, rng=self._rng, sampler=self._sampler)
+        nominated = self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None
+        result = schedule(framework, state, pod, nodes, rng=self._rng, sampler=self._sampler, nominated=nominated)
         self._recorder.algorithm_finished(self._timer() - started)
         if result.node is None:
             if result.status.code is Code.ERROR:
