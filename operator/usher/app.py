@@ -251,6 +251,7 @@ def build_scheduler(
         events=cluster_events,
         loop=loop,
         evictions=evictions,
+        volumes=volumes,
         synced=synced,
     )
 

@@ -12,7 +12,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from usher.core.queue import QueuedPod, Where
-from usher.core.types import PodKey
+from usher.core.types import PodInfo, PodKey
+from usher.core.volumes.podvolumes import pod_claim_refs
+from usher.core.volumes.state import VolumeState
 
 if TYPE_CHECKING:
     from usher.scheduling.scheduler import Scheduler
@@ -66,10 +68,45 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
             "nodes": attempt.nodes,
             "nodesLeftOut": attempt.nodes_left_out,
         }
+    claims = claims_of(scheduler.volumes, queued.pod)
+    if claims:
+        report["claims"] = claims
     report["requeuedBy"] = scheduler.queue.queueing_events_for(queued)
     if queued.where is Where.UNSCHEDULABLE:
         report["flushInSeconds"] = round(max(0.0, since + 300 - now), 3)
     return report
+
+
+def claims_of(volumes: VolumeState, pod: PodInfo) -> list[dict[str, str]]:
+    """Each PersistentVolumeClaim the pod uses and where it stands, as usher's volume state has it."""
+    claims = []
+    for ref in pod_claim_refs(pod.raw):
+        key = f"{pod.namespace}/{ref.claim}"
+        claim = volumes.claim(key)
+        if claim is None:
+            broken = volumes.broken.get(f"persistentvolumeclaims/{key}")
+            if broken:
+                state = f"cannot be read: {broken}"
+            elif ref.ephemeral:
+                state = "not created yet (kube-controller-manager's ephemeral-volume controller makes it)"
+            else:
+                state = "does not exist"
+        elif claim.deleting:
+            state = "being deleted"
+        elif claim.fully_bound:
+            state = f"bound to PersistentVolume {claim.volume_name}"
+        elif claim.selected_node:
+            state = f"selected node {claim.selected_node}: waiting for the provisioner and the PV controller"
+        else:
+            storage_class = volumes.classes.get(claim.class_name)
+            if storage_class is not None and storage_class.delays_binding:
+                state = f"unbound, class {claim.class_name} binds when a node is chosen (WaitForFirstConsumer)"
+            else:
+                state = (
+                    f"unbound, class {claim.class_name or '(none)'} binds immediately: waiting for the PV controller"
+                )
+        claims.append({"volume": ref.volume, "claim": ref.claim, "state": state})
+    return claims
 
 
 def queue_summary(scheduler: Scheduler) -> dict[str, Any]:
@@ -122,6 +159,8 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"    {node}: {reason}")
         if attempt["nodesLeftOut"]:
             lines.append(f"    ... and {attempt['nodesLeftOut']} more node(s)")
+    for claim in report.get("claims", []):
+        lines.append(f"  volume {claim['volume']}: claim {claim['claim']} {claim['state']}")
     if report.get("requeuedBy"):
         lines.append(f"  retried when: {', '.join(report['requeuedBy'])}")
     if "flushInSeconds" in report:

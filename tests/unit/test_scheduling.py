@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, make_pvc
 from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
 from usher.adapters.dispatching import ApiCall
 from usher.adapters.kubeapi import ApiResult
@@ -473,3 +473,22 @@ async def test_preempting_on_a_node_clears_lower_priority_nominations_there(harn
         c.build(mid_raw) for c in harness.writer.calls if c.call_type == "pod_status_patch" and c.object_key == mid
     ]
     assert any(r is not None and r.body == {"status": {"nominatedNodeName": None}} for r in patches)
+
+
+async def test_explain_shows_where_each_of_the_pods_claims_stands(harness: Harness) -> None:
+    harness.nodes("n1", cpu="2")
+    wffc = {
+        "metadata": {"name": "local"},
+        "provisioner": "example.com/csi",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    harness.scheduler.events.on_volume("storageclasses", "ADDED", wffc)
+    harness.scheduler.events.on_volume(
+        "persistentvolumeclaims", "ADDED", make_pvc().name("late").storage_class("local").obj()
+    )
+    pod = harness.pod(make_pod().name("p").pvc("missing", volume="a").pvc("late", volume="b").obj())
+    await harness.until(lambda: harness.recorder.attempts != [], "the attempt fails")
+
+    lines = render(explain(harness.scheduler, pod)).splitlines()
+    assert "  volume a: claim missing does not exist" in lines
+    assert "  volume b: claim late unbound, class local binds when a node is chosen (WaitForFirstConsumer)" in lines

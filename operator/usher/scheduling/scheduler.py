@@ -11,6 +11,7 @@ from usher.core.cache import Cache
 from usher.core.clock import Clock
 from usher.core.framework.runtime import Framework
 from usher.core.queue import SchedulingQueue
+from usher.core.volumes.state import VolumeState
 from usher.scheduling.attempts import Attempts
 from usher.scheduling.eventhandling import ClusterEvents
 from usher.scheduling.loop import SchedulingLoop
@@ -31,5 +32,7 @@ class Scheduler:
     loop: SchedulingLoop
     evictions: Evictions
     """Preemptions in flight: whose victims are still being removed."""
+    volumes: VolumeState
+    """PVCs, PVs and storage classes as watched (``usher explain`` shows a pod's claims)."""
     synced: asyncio.Event
     """Set once the cache holds everything the initial LIST saw."""
