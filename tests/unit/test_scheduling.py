@@ -492,3 +492,36 @@ async def test_explain_shows_where_each_of_the_pods_claims_stands(harness: Harne
     lines = render(explain(harness.scheduler, pod)).splitlines()
     assert "  volume a: claim missing does not exist" in lines
     assert "  volume b: claim late unbound, class local binds when a node is chosen (WaitForFirstConsumer)" in lines
+
+
+async def test_a_failed_binding_frees_its_room_for_the_pods_it_kept_out(harness: Harness) -> None:
+    # kube-scheduler's handleBindingCycleError: forgetting the assumed pod is an AssignedPodDelete.
+    harness.nodes("n1", cpu="2")
+    release = asyncio.Event()
+    scripted = harness.binder.bind
+
+    async def bind(pod: PodInfo, node: NodeName) -> Status:
+        if pod.name == "big":
+            await release.wait()
+            return error("binding rejected: etcd is down")
+        return await scripted(pod, node)
+
+    harness.binder.bind = bind  # type: ignore[method-assign]
+    harness.pod(make_pod().name("big").req(cpu="2").obj())
+    await harness.until(lambda: harness.scheduler.cache.is_assumed(PodKey("default/big")), "big is assumed")
+    small = harness.pod(make_pod().name("small").req(cpu="1").obj())
+    await harness.until(
+        lambda: (
+            harness.scheduler.queue.get(small) is not None
+            and harness.scheduler.queue.get(small).where is Where.UNSCHEDULABLE
+        ),
+        "small waits for room",
+    )  # type: ignore[union-attr]
+
+    release.set()
+    await harness.until(
+        lambda: harness.scheduler.queue.get(small).where is not Where.UNSCHEDULABLE, "small is requeued"
+    )  # type: ignore[union-attr]
+    harness.clock.advance(1)  # small's backoff
+    harness.nodes("n1")  # wakes the loop; no cluster event
+    await harness.until(lambda: ("default/small", "n1") in harness.binder.calls, "small is bound where big was")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from usher.core.cache import Cache
 from usher.core.clock import Clock
+from usher.core.events import ASSIGNED_POD_DELETE
 from usher.core.queue import SchedulingQueue
 from usher.core.types import Cause, Code, Status
 from usher.scheduling.failures import SchedulingFailures
@@ -97,6 +98,11 @@ class BindingCycle:
             else:
                 logger.warning("binding pod %s to %s failed: %s", pod.key, node, status.message)
                 self._failures.rejected(assumed.queued, framework.scheduler_name, assumed.started, status)
+            # Forgetting an assumed pod frees what it held on the node: as kube-scheduler's
+            # handleBindingCycleError, an AssignedPodDelete for every other pod (after the pod itself is back
+            # in the queue, so the event does not count as one that came while it was in flight).
+            freed = {**pod.raw, "spec": {**(pod.raw.get("spec") or {}), "nodeName": node}}
+            self._queue.move_all(ASSIGNED_POD_DELETE, freed, None, pre_check=lambda queued: queued.pod.uid != pod.uid)
         self._wake()
 
     def _scheduled(self, assumed: Assumed) -> None:
