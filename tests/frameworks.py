@@ -44,6 +44,21 @@ class NoWaiting:
         pass
 
 
+def scripted_write(
+    writes: list[tuple[str, dict[str, Any]]], answers: list[int], kind: str, obj: Mapping[str, Any]
+) -> WriteResult:
+    """Record a write and answer it: the next scripted status, else 200 with the object and its
+    resourceVersion bumped, as the API server would."""
+    body = copy.deepcopy(dict(obj))
+    writes.append((kind, body))
+    status = answers.pop(0) if answers else 200
+    if status != 200:
+        return WriteResult(status, {"message": f"HTTP {status}"})
+    meta = body.setdefault("metadata", {})
+    meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+    return WriteResult(200, body)
+
+
 @dataclass
 class RecordingClaimWriter:
     """Records claim writes; answers them with the written object and a bumped resourceVersion."""
@@ -54,15 +69,11 @@ class RecordingClaimWriter:
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _answer(self, kind: str, claim: Mapping[str, Any]) -> WriteResult:
-        body = copy.deepcopy(dict(claim))
-        self.writes.append((kind, body))
-        status = self.answers.pop(0) if self.answers else 200
-        if status != 200:
-            return WriteResult(status, {"message": f"HTTP {status}"})
-        meta = body.setdefault("metadata", {})
-        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
-        self.stored[f"{meta.get('namespace')}/{meta.get('name')}"] = body
-        return WriteResult(200, body)
+        result = scripted_write(self.writes, self.answers, kind, claim)
+        if result.ok:
+            meta = result.body["metadata"]
+            self.stored[f"{meta.get('namespace')}/{meta.get('name')}"] = dict(result.body)
+        return result
 
     async def get(self, namespace: str, name: str) -> WriteResult:
         stored = self.stored.get(f"{namespace}/{name}")
@@ -91,14 +102,7 @@ class RecordingVolumeWriter:
     waits: list[float] = field(default_factory=list)
 
     def _answer(self, kind: str, obj: Mapping[str, Any]) -> WriteResult:
-        body = copy.deepcopy(dict(obj))
-        self.writes.append((kind, body))
-        status = self.answers.pop(0) if self.answers else 200
-        if status != 200:
-            return WriteResult(status, {"message": f"HTTP {status}"})
-        meta = body.setdefault("metadata", {})
-        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
-        return WriteResult(200, body)
+        return scripted_write(self.writes, self.answers, kind, obj)
 
     async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:
         return self._answer("volume", volume)
