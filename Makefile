@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 export USHER_CACHE
 
-.PHONY: help venv binaries tools kind-e2e lint unit e2e test demo controlplane clean-cache manifests
+.PHONY: help venv binaries tools image node-binaries real-node-e2e kind-e2e lint unit e2e test demo controlplane clean-cache manifests
 
 help:
 	@echo "make demo    local control plane + kwok nodes + usher scheduling sample pods"
@@ -20,6 +20,8 @@ help:
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make controlplane   a local control plane until Ctrl-C (prints KUBECONFIG)"
 	@echo "make conformance    Kubernetes' sig-scheduling e2e specs, kube-scheduler vs usher (README: Conformance)"
+	@echo "make image   usher's image built here without a registry (podman, Debian bases from debootstrap)"
+	@echo "make real-node-e2e  helm install on a real node (kubelet + containerd) next to the kwok nodes"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,11 +35,31 @@ venv: $(STAMP)
 binaries:
 	bash e2e/build-binaries.sh
 
-# Debian's prometheus (prometheus + promtool) for the e2e checks of the chart's rules and of scraping.
+# Debian's packages the tests need: prometheus (prometheus + promtool) for the chart's rules and
+# scraping; podman, buildah, runc and debootstrap to build and run usher's image without a registry
+# (make image); iproute2 and iptables for the real node's network namespace (make real-node-e2e).
+TOOLS_COMMANDS := promtool prometheus podman buildah runc debootstrap ip iptables
+TOOLS_PACKAGES := prometheus podman buildah runc debootstrap iproute2 iptables
+
 tools:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	@for c in $(TOOLS_COMMANDS); do command -v $$c >/dev/null || exit 1; done || { \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(TOOLS_PACKAGES); }
+
+# The real node's kubelet, containerd (with its runc shim) and CNI plugins (e2e/node), from the Go
+# module proxy into the same cache: cold about 8 min on 2 cores, warm seconds.
+node-binaries:
+	bash e2e/build-binaries.sh node
+
+# `helm install` for real: the chart's pods on a real node (e2e/test_real_node.py, about a minute),
+# and the image run with the chart's pod spec (e2e/test_image.py). Both are also part of `make test`.
+real-node-e2e: venv binaries node-binaries tools image
+	$(BIN)/pytest e2e/test_image.py e2e/test_real_node.py $(PYTEST_ARGS)
+
+# usher's image, built here from Debian root filesystems (debootstrap), no registry (e2e/image/build.sh;
+# README "Install"), and the real node's pause image. Cold about 4 min, warm seconds.
+image: tools
+	bash e2e/image/build.sh usher pause
 
 lint: venv
 	$(BIN)/ruff check operator tests e2e bench conftest.py
@@ -48,10 +70,10 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv binaries tools
+e2e: venv binaries node-binaries tools image
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
-test: venv binaries tools lint
+test: venv binaries node-binaries tools image lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv binaries

@@ -230,6 +230,59 @@ build_csi() {
   mv "$bin.tmp" "$bin"
 }
 
+# The real node (e2e/node, `make real-node-e2e`): kubelet from the pinned Kubernetes release, containerd 2.x
+# with its runc shim, and the CNI plugins the node's bridge network needs. All CGO off; runc itself is
+# Debian's (`make tools`). Not in the default targets: only the real-node run needs them.
+build_kubelet() {
+  local v="$KUBERNETES_VERSION" out="$cache/bin/$KUBERNETES_VERSION"
+  if has_version "$out/kubelet" "Kubernetes $v" --version; then log "kubelet $v: cached"; return; fi
+  log "kubelet $v: building (about 4 min on 2 cores once the modules are downloaded)"
+  local dir="$work/kubelet-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  local args=()
+  mapfile -t args < <(staging_replaces)
+  go mod edit "${args[@]}"
+  go get -tool "k8s.io/kubernetes/cmd/kubelet@$v" >/dev/null
+  mkdir -p "$out"
+  go build "${goflags[@]}" -tags selinux,notest,grpcnotrace -ldflags "$(kube_ldflags)" -o "$out/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet
+  mv "$out/kubelet.tmp" "$out/kubelet"
+  cd - >/dev/null
+}
+
+build_containerd() {
+  local v="$CONTAINERD_VERSION" out="$cache/bin/containerd-$CONTAINERD_VERSION" b need=0
+  for b in containerd ctr; do has_version "$out/$b" "$v" --version || need=1; done
+  has_version "$out/containerd-shim-runc-v2" "$v" -v || need=1
+  if [[ $need == 0 ]]; then log "containerd $v: cached"; return; fi
+  log "containerd $v: building (about 4 min cold on 2 cores)"
+  local dir="$work/containerd-$v" mod="github.com/containerd/containerd/v2"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  local pkgs=("$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2") p
+  for p in "${pkgs[@]}"; do go get -tool "$p@$v" >/dev/null; done
+  mkdir -p "$out"
+  go build "${goflags[@]}" -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags "-s -w -X $mod/version.Version=$v -X $mod/version.Revision=go-module-proxy" -o "$out/" "${pkgs[@]}"
+  cd - >/dev/null
+}
+
+build_cni_plugins() {
+  local v="$CNI_PLUGINS_VERSION" out="$cache/bin/cni-plugins-$CNI_PLUGINS_VERSION" b need=0
+  local mod="github.com/containernetworking/plugins"
+  for b in bridge host-local loopback; do has_version "$out/$b" "$v" || need=1; done
+  if [[ $need == 0 ]]; then log "cni plugins $v: cached"; return; fi
+  log "cni plugins $v: building"
+  local dir="$work/cni-plugins-$v"
+  rm -rf "$dir"; wrapper_module "$dir"
+  cd "$dir"
+  local pkgs=("$mod/plugins/main/bridge" "$mod/plugins/ipam/host-local" "$mod/plugins/main/loopback") p
+  for p in "${pkgs[@]}"; do go get -tool "$p@$v" >/dev/null; done
+  mkdir -p "$out"
+  go build "${goflags[@]}" -ldflags "-s -w -X $mod/pkg/utils/buildversion.BuildVersion=$v" -o "$out/" "${pkgs[@]}"
+  cd - >/dev/null
+}
+
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm csi)
 start=$SECONDS
@@ -241,7 +294,11 @@ for t in "${targets[@]}"; do
     helm) build_helm ;;
     csi) build_csi ;;
     e2e-test) build_e2e_test ;;
-    *) log "unknown target $t (kubernetes, etcd, kwok, helm, csi, e2e-test)"; exit 2 ;;
+    kubelet) build_kubelet ;;
+    containerd) build_containerd ;;
+    cni-plugins) build_cni_plugins ;;
+    node) build_kubelet; build_containerd; build_cni_plugins ;;
+    *) log "unknown target $t (kubernetes, etcd, kwok, helm, csi, e2e-test, kubelet, containerd, cni-plugins, node)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - start)) s"

@@ -50,4 +50,5 @@ docker build -t usher:e2e "$repo"
 "$kubectl" --kubeconfig "$kubeconfig" -n kube-system rollout status deployment/kwok-controller --timeout=180s
 
 cd "$repo"
-USHER_KUBECONFIG="$kubeconfig" "$cache/venv/bin/pytest" e2e "$@"
+# USHER_IMAGE_TAG: e2e/test_real_node.py installs its own release of the chart with the loaded image.
+USHER_KUBECONFIG="$kubeconfig" USHER_IMAGE_TAG=e2e "$cache/venv/bin/pytest" e2e "$@"

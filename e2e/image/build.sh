@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Build usher's container image here, with no registry: the Dockerfile's PYTHON_IMAGE and
+# RUNTIME_IMAGE are Debian bookworm root filesystems made by debootstrap (from Debian's
+# packages) and imported into podman. Also a pause image for the real node (e2e/node), from
+# the Go program in e2e/node/pause. Everything lives under ${USHER_CACHE:-~/.cache/usher}:
+#
+#   podman storage        $cache/podman/              (use e2e/image/podman.sh to look at it)
+#   base root filesystems $cache/images/rootfs-*.tar  (cached by the debootstrap arguments)
+#   image archives        $cache/images/*.oci.tar     (for `ctr images import`; re-saved when the image changes)
+#
+#   bash e2e/image/build.sh [usher] [pause]
+#
+# Prints nothing on stdout but the image names it built, one a line.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${USHER_CACHE:-$HOME/.cache/usher}"
+images="$cache/images"
+mkdir -p "$images"
+# shellcheck source=image.env
+source "$here/image.env"
+podman=("$here/podman.sh")
+
+log() { printf '[build-image] %s\n' "$*" >&2; }
+
+need() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { log "$tool is missing: run \`make tools\` (Debian's podman buildah runc debootstrap)"; exit 2; }
+  done
+}
+
+# rootfs NAME PACKAGES: a bookworm minbase root filesystem with PACKAGES, imported into podman as
+# localhost/usher-NAME:<hash of what made it>; echoes that name. Docs, man pages, locales and apt's
+# lists are left out (the copyright files stay): they are a third of a minbase system.
+rootfs() {
+  local name="$1" packages="$2" key ref tar
+  key="$(printf '%s\n' "$DEBIAN_SUITE" "$DEBIAN_MIRROR" "$packages" "$(sed -n '/^rootfs()/,/^}/p' "$0")" | sha256sum | cut -c1-12)"
+  ref="localhost/usher-$name:$DEBIAN_SUITE-$key"
+  tar="$images/rootfs-$name-$DEBIAN_SUITE-$key.tar"
+  if "${podman[@]}" image exists "$ref"; then log "$ref: cached"; echo "$ref"; return; fi
+  if [[ ! -s "$tar" ]]; then
+    local dir="$images/rootfs-$name.tmp" t0=$SECONDS
+    log "$ref: debootstrap $DEBIAN_SUITE ($packages), about a minute"
+    rm -rf "$dir"
+    debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$dir" "$DEBIAN_MIRROR" >"$images/rootfs-$name.log" 2>&1 \
+      || { tail -20 "$images/rootfs-$name.log" >&2; exit 1; }
+    rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/var/log/* "$dir"/usr/share/man \
+      "$dir"/usr/share/info "$dir"/usr/share/locale "$dir"/usr/share/lintian "$dir"/usr/share/linda
+    find "$dir/usr/share/doc" -type f ! -name copyright -delete
+    find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+    tar --numeric-owner --xattrs -C "$dir" -cf "$tar.tmp" .
+    mv "$tar.tmp" "$tar"
+    rm -rf "$dir"
+    log "$ref: root filesystem in $((SECONDS - t0)) s, $(du -h "$tar" | cut -f1)"
+  fi
+  "${podman[@]}" import --quiet "$tar" "$ref" >/dev/null
+  echo "$ref"
+}
+
+# save REF ARCHIVE: an OCI archive of REF for `ctr images import`, rewritten only when the image changed.
+save() {
+  local ref="$1" archive="$2" id
+  id="$("${podman[@]}" image inspect --format '{{.Id}}' "$ref")"
+  if [[ -s "$archive" && "$(cat "$archive.id" 2>/dev/null)" == "$id" ]]; then return; fi
+  rm -f "$archive"
+  "${podman[@]}" save --quiet --format oci-archive -o "$archive.tmp" "$ref"
+  mv "$archive.tmp" "$archive"
+  printf '%s' "$id" > "$archive.id"
+}
+
+build_usher() {
+  need podman debootstrap runc
+  local build_base runtime_base tag ref t0=$SECONDS
+  build_base="$(rootfs build-base "python3,python3-venv,ca-certificates")"
+  runtime_base="$(rootfs base "python3-minimal,libpython3.11-stdlib")"
+  tag="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/usher/Chart.yaml")"
+  ref="$USHER_IMAGE:$tag"
+  # Package downloads may go through a TLS-intercepting proxy that only the host's CA bundle
+  # trusts: the build sees the host's bundle and a pip configuration naming it (read-only mounts,
+  # not layers of the image). pip's own index settings, when set, come along.
+  local pipconf="$images/pip.conf" ca=/etc/ssl/certs/ca-certificates.crt
+  {
+    echo "[global]"
+    echo "cert = $ca"
+    if [[ -n "${PIP_INDEX_URL:-}" ]]; then echo "index-url = $PIP_INDEX_URL"; fi
+    if [[ -n "${PIP_EXTRA_INDEX_URL:-}" ]]; then echo "extra-index-url = $PIP_EXTRA_INDEX_URL"; fi
+  } > "$pipconf"
+  local mounts=(-v "$pipconf:/etc/pip.conf:ro")
+  if [[ -s "$ca" ]]; then mounts+=(-v "$ca:$ca:ro"); fi
+  log "$ref: podman build from $build_base and $runtime_base"
+  "${podman[@]}" build --quiet --network host "${mounts[@]}" \
+    --build-arg "PYTHON_IMAGE=$build_base" --build-arg "RUNTIME_IMAGE=$runtime_base" \
+    -t "$ref" -f "$repo/Dockerfile" "$repo" >/dev/null
+  save "$ref" "$images/usher-$tag.oci.tar"
+  log "$ref: built in $((SECONDS - t0)) s, $("${podman[@]}" image inspect --format '{{.Size}}' "$ref" | numfmt --to=iec) ($images/usher-$tag.oci.tar)"
+  echo "$ref"
+}
+
+# The pod sandbox's image: e2e/node/pause (a static Go program that waits for a signal), alone in
+# an image FROM scratch.
+build_pause() {
+  need podman
+  local src="$repo/e2e/node/pause" sum dir ref
+  sum="$(cat "$src"/*.go "$src/go.mod" | sha256sum | cut -c1-12)"
+  ref="$PAUSE_IMAGE"
+  if "${podman[@]}" image exists "$ref" && [[ "$("${podman[@]}" image inspect --format '{{index .Labels "usher.source"}}' "$ref")" == "$sum" ]]; then
+    log "$ref: cached"
+  else
+    dir="$images/pause-build"
+    rm -rf "$dir"; mkdir -p "$dir"
+    (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$dir/pause" .)
+    printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' > "$dir/Containerfile"
+    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
+    log "$ref: built"
+  fi
+  save "$ref" "$images/pause.oci.tar"
+  echo "$ref"
+}
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(usher)
+for t in "${targets[@]}"; do
+  case "$t" in
+    usher) build_usher ;;
+    pause) build_pause ;;
+    *) log "unknown target $t (usher, pause)"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,3 @@
+module usher.invalid/pause
+
+go 1.22
