@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from e2e import controlplane
+from e2e.conformance.cluster import ALPHA_BETA_APIS, FEATURE_GATES
 from e2e.controlplane import Cluster, ControlPlane, ExternalCluster, RestartableControlPlane
 
 ARTIFACTS_ENV = "USHER_ARTIFACTS"
@@ -53,6 +54,11 @@ _CLUSTER_DUMP_KINDS = (
     "nodes,leases,deviceclasses,priorityclasses,persistentvolumes,storageclasses,csidrivers,csinodes,"
     "csistoragecapacities"
 )
+
+#: The session's API server serves PodGroups and Workloads (GenericWorkload, scheduling.k8s.io/v1beta1), as
+#: the conformance harness's does: usher's gang scheduling needs them (e2e/test_gangs.py), and what else the
+#: gate turns on (an optional pod field, two beta APIs) changes nothing for the other tests.
+API_SERVER_ARGS = (f"--feature-gates={FEATURE_GATES}", f"--runtime-config={ALPHA_BETA_APIS}")
 
 _RUN_DIR = pytest.StashKey[Path]()
 _PLANE = pytest.StashKey[Cluster]()
@@ -105,7 +111,7 @@ def _open_cluster(workdir: Path, started: contextlib.ExitStack) -> Cluster:
     external = os.environ.get(EXTERNAL_KUBECONFIG_ENV)
     if external:
         return ExternalCluster.from_kubeconfig(Path(external), workdir)
-    return started.enter_context(controlplane.running(workdir))
+    return started.enter_context(controlplane.running(workdir, extra_apiserver_args=API_SERVER_ARGS))
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ import yaml
 from e2e.controlplane import Cluster, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
 from e2e.test_dra import claim_pod
+from e2e.test_gangs import gang_member, pod_group, pod_group_conditions
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
 from e2e.usher_process import UsherProcess
 from usher.config import parse_config
@@ -159,7 +160,15 @@ def test_usher_schedules_with_only_the_charts_permissions(
             core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
             core_api.create_namespaced_pod(namespace, claim_pod("with-device", release.release, claim_name="gpu"))
             core_api.create_namespaced_pod(namespace, pod_manifest("too-big", release.release, cpu="100"))
+            scheduling = kubernetes.client.SchedulingV1beta1Api(core_api.api_client)
+            scheduling.create_namespaced_pod_group(namespace, pod_group("gang", 1))
+            core_api.create_namespaced_pod(namespace, gang_member("member", release.release, "gang", cpu="100m"))
             wait_for(lambda: core_api.read_namespaced_pod("p", namespace).spec.node_name, 30, "the pod bound")
+            wait_for(
+                lambda: [c["status"] for c in pod_group_conditions(core_api, namespace, "gang")] == ["True"],
+                30,
+                "the gang's pod bound and its PodGroup's condition written (podgroups/status)",
+            )
             wait_for(
                 lambda: core_api.read_namespaced_pod("with-device", namespace).spec.node_name,
                 30,
@@ -194,8 +203,8 @@ class Needed:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     symptom: str
-    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption, volume:
-    that write fails; lease: this instance never leads."""
+    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption, volume,
+    podgroup: that write fails; lease: this instance never leads."""
 
     @property
     def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
@@ -246,6 +255,12 @@ NEEDED = {
         ("storageclasses", "csinodes", "csidrivers", "csistoragecapacities"),
         ("list", "watch"),
         "unready",
+    ),
+    "without podgroups and workloads list/watch usher never gets ready": Needed(
+        "ClusterRole", ("podgroups", "workloads"), ("list", "watch"), "unready"
+    ),
+    "without podgroups/status patch no PodGroup condition is written": Needed(
+        "ClusterRole", ("podgroups/status",), ("patch",), "podgroup"
     ),
     "without events create/patch no Scheduled event is recorded": Needed(
         "ClusterRole", ("events",), ("create", "patch"), "event"
@@ -334,6 +349,10 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 with_claim = pod_manifest("p", release.release)
                 with_claim["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
                 core_api.create_namespaced_pod(namespace, with_claim)
+            elif needed.symptom == "podgroup":
+                scheduling = kubernetes.client.SchedulingV1beta1Api(core_api.api_client)
+                scheduling.create_namespaced_pod_group(namespace, pod_group("gang", 1))
+                core_api.create_namespaced_pod(namespace, gang_member("p", release.release, "gang"))
             elif needed.symptom != "unready":
                 core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
             wait_for(lambda: forbidden(needed, process.log_path.read_text()), 60, f"usher to be denied {needed}")
@@ -348,6 +367,9 @@ def test_every_rule_of_the_charts_rbac_is_needed(
             elif needed.symptom == "event":
                 wait_for(lambda: pod().spec.node_name, 30, "the pod bound all the same")
                 assert scheduled_events(core_api, namespace, release.release)["p"] == 0
+            elif needed.symptom == "podgroup":
+                wait_for(lambda: pod().spec.node_name, 30, "the gang's pod bound all the same")
+                assert not pod_group_conditions(core_api, namespace, "gang")
             else:
                 assert pod().spec.node_name is None
             if needed.symptom == "preemption":

@@ -109,6 +109,11 @@ class PodBuilder:
         self._pod["status"]["nominatedNodeName"] = node
         return self
 
+    def group(self, pod_group: str) -> Self:
+        """A member of the PodGroup ``pod_group`` (``spec.schedulingGroup.podGroupName``)."""
+        self._pod["spec"]["schedulingGroup"] = {"podGroupName": pod_group}
+        return self
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._pod)
 
@@ -321,4 +326,34 @@ def make_csi_driver(name: str, **spec: Any) -> dict[str, Any]:
         "kind": "CSIDriver",
         "metadata": {"name": name, "resourceVersion": "1"},
         "spec": spec,
+    }
+
+
+def make_pod_group(
+    name: str,
+    min_count: int | None = None,
+    *,
+    namespace: str = "default",
+    priority: int | None = None,
+    version: str = "1",
+    generation: int = 1,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup: the gang policy with ``min_count``, else the basic policy;
+    ``spec`` fields (``workloadRef``, ``schedulingPolicy`` to override) are set as given."""
+    policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    body: dict[str, Any] = {"schedulingPolicy": policy, **spec}
+    if priority is not None:
+        body["priority"] = priority
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"pg-{name}-{next(_uids)}",
+            "resourceVersion": version,
+            "generation": generation,
+        },
+        "spec": body,
     }

@@ -20,6 +20,7 @@ from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
+from usher.core.podgroups import PodGroupStates
 from usher.core.queue import QueueOptions, SchedulingQueue
 from usher.core.types import NodeName, PodInfo, PodKey, Status, WriteResult
 from usher.core.volumes.state import VolumeState
@@ -133,6 +134,7 @@ class FakeHandle:
     volume_writer: RecordingVolumeWriter = field(default_factory=RecordingVolumeWriter)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     """Node name -> labels, for ``node_labels``."""
+    pod_groups: PodGroupStates = field(default_factory=PodGroupStates)
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         return self.nodes.get(node)

@@ -16,16 +16,12 @@ label list (``[sig-scheduling] <container> <spec>``).
 
 from __future__ import annotations
 
-NO_GANG = "no gang scheduling yet (PodGroup minCount)"
-NO_GANG_PREEMPTION = "no gang scheduling yet, so no PodGroup-aware preemption"
+NO_GANG_PREEMPTION = "no workload-aware preemption yet (a PodGroup with disruptionMode All evicted as a unit)"
 
 EXPECTED_FAILURES: dict[str, str] = {
     "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
     "entire group with All disruption mode by a pod group [Beta] [Feature:OffByDefault]":
         NO_GANG_PREEMPTION,
-    "[sig-scheduling] GangScheduling [FeatureGate:GenericWorkload] should schedule pods only when quorum is reached "
-    "[Beta] [Feature:OffByDefault]":
-        NO_GANG,
 }  # fmt: skip
 
 #: Entries usher sometimes passes without the feature, when equal node scores happen to
@@ -34,4 +30,4 @@ EXPECTED_FAILURES: dict[str, str] = {
 PASSES_BY_CHANCE: frozenset[str] = frozenset()
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = 2
+MAX_ENTRIES = 1

@@ -1,8 +1,9 @@
 """The composition root: builds every part of a running usher and names every task.
 
     connect -> metrics, API client, dispatcher, leader elector
+            -> discover the optional APIs (PodGroups and Workloads: gang support)
             -> build_scheduler: cache, DRA state, frameworks, queue, reporters,
-               scheduling and binding cycles, watch sink, loop
+               scheduling, pod-group and binding cycles, watch sink, loop
     tasks: kopf operator (watches), initial sync (LISTs), then missed-deletion reconciliation (LISTs),
            leader election, scheduling loop, HTTP server (/metrics, /healthz, /readyz)
 
@@ -50,6 +51,7 @@ from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import FrameworkRecorder
 from usher.core.handling import EventHandlers
 from usher.core.plugins.registry import in_tree_registry
+from usher.core.podgroups import PodGroupStates
 from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
 from usher.core.types import pod_key
@@ -61,9 +63,12 @@ from usher.scheduling.attempts import Attempts
 from usher.scheduling.binding_cycle import BindingCycle
 from usher.scheduling.eventhandling import ClusterEvents
 from usher.scheduling.failures import FailureReporter, SchedulingFailures
+from usher.scheduling.gang_binding import GangCommits
+from usher.scheduling.group_cycle import PodGroupCycle
 from usher.scheduling.loop import SchedulingLoop, Wakeup
 from usher.scheduling.notready import DEFAULT_DELAY, NotReadyReporter
 from usher.scheduling.podevents import PodEvents
+from usher.scheduling.podgroup_conditions import PodGroupConditions
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.preemption import Evictions, Preemptor
 from usher.scheduling.scheduler import Scheduler
@@ -122,6 +127,10 @@ class PluginHandle:
         info = self.cache.node(node)
         return info.labels if info is not None else None
 
+    @property
+    def pod_groups(self) -> PodGroupStates:
+        return self.cache.pod_groups
+
 
 def build_scheduler(
     config: SchedulerConfig,
@@ -138,9 +147,15 @@ def build_scheduler(
     registry: Registry | None = None,
     seed: int | None = None,
     status_delay: float = DEFAULT_DELAY,
+    pod_groups_served: bool = True,
 ) -> Scheduler:
-    """Every piece of one scheduler, wired to the given ports; ``leading`` gates the loop."""
-    cache = Cache()
+    """Every piece of one scheduler, wired to the given ports; ``leading`` gates the loop.
+
+    Gang support is on when the GenericWorkload gate is and the API server serves PodGroups
+    (``pod_groups_served``, from `watching.discover`).
+    """
+    gangs = gates.generic_workload and pod_groups_served
+    cache = Cache(pod_groups=PodGroupStates(enabled=gangs))
     waiting_pods = WaitingPods()
     nominator = Nominator()
     dra = DraState()
@@ -177,6 +192,7 @@ def build_scheduler(
             queueing_hints=gates.queueing_hints,
             pre_queueing_hints=gates.pre_queueing_hints,
             pop_from_backoff_q=gates.pop_from_backoff_q,
+            pod_groups=gangs,
         ),
         recorder=recorder,
         reporter=(NotReadyReporter(writer, events, delay=status_delay) if gates.pre_enqueue_pod_status else None),
@@ -202,6 +218,7 @@ def build_scheduler(
         evictions=evictions,
         wake=wakeup,
     )
+    sampler = NodeSampler(config.percentage_of_nodes_to_score)
     scheduling = SchedulingCycle(
         frameworks=frameworks,
         cache=cache,
@@ -210,14 +227,33 @@ def build_scheduler(
         failures=failures,
         preemptor=preemptor,
         recorder=recorder,
-        sampler=NodeSampler(config.percentage_of_nodes_to_score),
+        sampler=sampler,
         rng=rng,
+    )
+    gang_commits = GangCommits(waiting_pods)
+    groups = (
+        PodGroupCycle(
+            frameworks=frameworks,
+            cache=cache,
+            queue=queue,
+            waiting_pods=waiting_pods,
+            failures=failures,
+            preemptor=preemptor,
+            conditions=PodGroupConditions(writer),
+            gangs=gang_commits,
+            recorder=recorder,
+            sampler=sampler,
+            rng=rng,
+        )
+        if gangs
+        else None
     )
     binding = BindingCycle(
         cache=cache,
         queue=queue,
         waiting_pods=waiting_pods,
         failures=failures,
+        gangs=gang_commits,
         events=events,
         recorder=recorder,
         clock=clock,
@@ -229,6 +265,7 @@ def build_scheduler(
         writer=writer,
         failures=failures,
         evictions=evictions,
+        gangs=gang_commits,
         recorder=recorder,
         synced=synced,
         wake=wakeup,
@@ -241,6 +278,7 @@ def build_scheduler(
         synced=synced,
         leading=leading,
         wakeup=wakeup,
+        groups=groups,
     )
     return Scheduler(
         clock=clock,
@@ -331,6 +369,14 @@ async def run(options: RunOptions) -> None:
         leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
         elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
     dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
+    served = await watching.discover(api, watching.WORKLOAD_KINDS) if options.gates.generic_workload else ()
+    if watching.POD_GROUPS in served:
+        logger.info("gang scheduling on: watching %s", ", ".join(f"{g}/{p}" for g, p in served))
+    elif options.gates.generic_workload:
+        logger.info(
+            "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups: running without gang scheduling "
+            "(pods' spec.schedulingGroup is ignored)"
+        )
     always = asyncio.Event()
     always.set()
     volumes = VolumeState()
@@ -349,6 +395,7 @@ async def run(options: RunOptions) -> None:
         leading=elector.leading if elector is not None else always,
         seed=options.seed,
         status_delay=options.status_delay,
+        pod_groups_served=watching.POD_GROUPS in served,
     )
     metrics.watch_queue(scheduler.queue)
 
@@ -360,7 +407,7 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    watches = watching.register(registry, scheduler.events, recorder=metrics)
+    watches = watching.register(registry, scheduler.events, optional=served, recorder=metrics)
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from usher.core.podgroups import Member
 from usher.core.queue import QueuedPod, Where
 from usher.core.types import PodInfo, PodKey
 from usher.core.volumes.podvolumes import pod_claim_refs
@@ -18,6 +19,9 @@ from usher.core.volumes.state import VolumeState
 
 if TYPE_CHECKING:
     from usher.scheduling.scheduler import Scheduler
+
+MAX_MEMBERS_EXPLAINED = 20
+"""Members of a pod group listed one by one; the rest are counted."""
 
 
 def state_of(queued: QueuedPod) -> str:
@@ -43,6 +47,9 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
         return report
     report["state"] = state_of(queued)
     report["profile"] = queued.pod.scheduler_name
+    group = pod_group_report(scheduler, queued.pod)
+    if group is not None:
+        report["podGroup"] = group
     report["attempts"] = queued.attempts
     report["lastMovedBy"] = queued.last_event
     since = queued.pool_since if queued.where is Where.UNSCHEDULABLE else queued.timestamp
@@ -109,6 +116,53 @@ def claims_of(volumes: VolumeState, pod: PodInfo) -> list[dict[str, str]]:
     return claims
 
 
+def pod_group_report(scheduler: Scheduler, pod: PodInfo) -> dict[str, Any] | None:
+    """The pod's gang: its policy, its members' states, and what it waits for (None: no pod group)."""
+    groups = scheduler.cache.pod_groups
+    key = pod.group_key
+    if key is None or not groups.enabled:
+        return None
+    report: dict[str, Any] = {"name": key}
+    state = groups.get(key)
+    group = state.pod_group if state is not None else None
+    if state is None or group is None:
+        report["waitingFor"] = f"PodGroup {key} to be created"
+        return report
+    report["policy"] = group.policy
+    if group.min_count is not None:
+        report["minCount"] = group.min_count
+    if group.workload is not None:
+        workload = groups.workload(group.namespace, group.workload.workload)
+        report["workload"] = {
+            "name": f"{group.namespace}/{group.workload.workload}",
+            "template": group.workload.template,
+            **({"controller": workload.controller} if workload is not None and workload.controller else {}),
+        }
+    members: dict[str, str] = {}
+    for member_key in sorted(state.members)[:MAX_MEMBERS_EXPLAINED]:
+        queued = scheduler.queue.get(member_key)
+        member = groups.member(member_key)
+        members[member_key] = (
+            state_of(queued) if queued is not None and member is Member.UNSCHEDULED else _MEMBER_STATES[member]
+        )
+    report["members"] = members
+    report["membersLeftOut"] = max(0, state.all_count - len(members))
+    report["known"] = state.all_count
+    report["scheduled"] = state.scheduled_count
+    if group.problem:
+        report["waitingFor"] = group.problem
+    elif group.min_count is not None and state.all_count < group.min_count:
+        missing = group.min_count - state.all_count
+        report["waitingFor"] = f"{missing} more pod{'s' if missing != 1 else ''} of PodGroup {key}"
+    condition = group.condition()
+    if condition is not None:
+        report["condition"] = {k: condition.get(k) for k in ("type", "status", "reason", "message")}
+    return report
+
+
+_MEMBER_STATES = {Member.UNSCHEDULED: "pending", Member.ASSUMED: "assumed", Member.ASSIGNED: "bound", None: "unknown"}
+
+
 def queue_summary(scheduler: Scheduler) -> dict[str, Any]:
     pods = scheduler.queue.pods()
     states: Counter[str] = Counter()
@@ -143,6 +197,8 @@ def render(report: dict[str, Any]) -> str:
         f"  profile {report['profile']}, {report['attempts']} attempt(s), {report['secondsInState']}s in this state"
         f" (last moved by {report['lastMovedBy'] or '-'})"
     )
+    if "podGroup" in report:
+        lines.extend(_render_pod_group(report["podGroup"]))
     if "backoffExpiresInSeconds" in report:
         lines.append(f"  backing off: retried in {report['backoffExpiresInSeconds']}s")
     if "nominatedNode" in report:
@@ -166,3 +222,26 @@ def render(report: dict[str, Any]) -> str:
     if "flushInSeconds" in report:
         lines.append(f"  retried anyway in {report['flushInSeconds']}s (the 5-minute flush)")
     return "\n".join(lines)
+
+
+def _render_pod_group(group: dict[str, Any]) -> list[str]:
+    if "policy" not in group:
+        return [f"  pod group {group['name']}: waiting for {group['waitingFor']}"]
+    policy = f"gang, minCount {group['minCount']}" if "minCount" in group else group["policy"]
+    workload = group.get("workload")
+    if workload:
+        policy += f"; Workload {workload['name']} template {workload['template']}"
+        if workload.get("controller"):
+            policy += f", controlled by {workload['controller']}"
+    lines = [f"  pod group {group['name']} ({policy}): {group['known']} pod(s) known, {group['scheduled']} scheduled"]
+    if "waitingFor" in group:
+        lines.append(f"    waiting for {group['waitingFor']}")
+    members = ", ".join(f"{key.split('/', 1)[-1]} {state}" for key, state in group["members"].items())
+    more = f" and {group['membersLeftOut']} more" if group["membersLeftOut"] else ""
+    lines.append(f"    members: {members}{more}")
+    condition = group.get("condition")
+    if condition:
+        lines.append(
+            f"    {condition['type']}: {condition['status']} ({condition['reason']}): {condition['message'] or '-'}"
+        )
+    return lines

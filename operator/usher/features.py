@@ -20,7 +20,8 @@ def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeatureGates:
-    """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table)."""
+    """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table), except
+    GenericWorkload: usher schedules gangs by default, kube-scheduler only when told to."""
 
     queueing_hints: bool = _gate(
         "SchedulerQueueingHints",
@@ -51,6 +52,14 @@ class FeatureGates:
         default=True,
         stage="Beta",
         description="pop backed-off pods early when activeQ is empty",
+    )
+    generic_workload: bool = _gate(
+        "GenericWorkload",
+        default=True,
+        stage="Beta",
+        description=(
+            "gang scheduling of scheduling.k8s.io/v1beta1 PodGroups (on in usher; off by default in kube-scheduler)"
+        ),
     )
 
 

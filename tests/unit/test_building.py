@@ -19,7 +19,12 @@ def profile(path: str = "profiles[0]", **plugins: PluginList) -> ProfileConfig:
 
 def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     fw = build_framework(profile(), registry=in_tree_registry(), handle=FakeHandle())
-    assert [p.name for p in fw.plugins.pre_enqueue] == ["SchedulingGates", "DynamicResources", "DefaultPreemption"]
+    assert [p.name for p in fw.plugins.pre_enqueue] == [
+        "SchedulingGates",
+        "DynamicResources",
+        "DefaultPreemption",
+        "GangScheduling",
+    ]
     assert fw.plugins.queue_sort is not None and fw.plugins.queue_sort.name == "PrioritySort"
     assert [p.name for p in fw.plugins.pre_filter] == [
         "NodeAffinity",
@@ -60,8 +65,9 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.pre_bind] == ["VolumeBinding", "DynamicResources"]
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
     assert [p.name for p in fw.plugins.post_filter] == ["DefaultPreemption"]
-    assert fw.plugins.permit == [] and fw.plugins.post_bind == []
-    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 18
+    assert [p.name for p in fw.plugins.permit] == [p.name for p in fw.plugins.placement_feasible] == ["GangScheduling"]
+    assert fw.plugins.post_bind == []
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 19
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
 
 

@@ -76,6 +76,10 @@ class QueueMachine(RuleBasedStateMachine):
     def key(self, name: str) -> PodKey:
         return PodKey(f"default/{name}")
 
+    def pod(self, name: str, gated: bool, priority: int) -> PodInfo:
+        """The pod of that name (a machine that varies what pods look like overrides this)."""
+        return pod(name, gated, priority)
+
     @initialize(pop_early=st.booleans())
     def gate_pop_from_backoff_q(self, pop_early: bool) -> None:
         """SchedulerPopFromBackoffQ on or off: a rejected pod may leave backoffQ early only when on."""
@@ -86,7 +90,7 @@ class QueueMachine(RuleBasedStateMachine):
     def add(self, name: str, gated: bool, priority: int) -> None:
         if name in self.alive:
             return
-        self.queue.add(pod(name, gated, priority))
+        self.queue.add(self.pod(name, gated, priority))
         self.alive[name] = gated
         self.priority[name] = priority
 
@@ -97,7 +101,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         old = self.queue.get(self.key(name))
         assert old is not None
-        new = pod(name, False, self.priority[name])
+        new = self.pod(name, False, self.priority[name])
         self.queue.update(old.pod, new, pod_update_events(old.pod.raw, new.raw, assigned=False))
         self.alive[name] = False
 

@@ -2,6 +2,12 @@
 
 Namespaces are watched only for their labels (InterPodAffinity's namespaceSelector).
 
+PodGroups and Workloads (``WORKLOAD_KINDS``, scheduling.k8s.io/v1beta1, a
+beta API off by default in kube-apiserver) are optional: `discover` asks the
+API server at start-up which of them it serves, and only those are watched
+(``register(..., optional=...)``). Without PodGroups usher runs without gang
+support, which the composition root logs once.
+
 Only ``@kopf.on.event`` handlers are used, one per kind, so kopf writes nothing
 to the watched objects (no finalizers, no annotations, no status) and invokes
 one handler per event: every event, the initial listing's included, is handed
@@ -62,6 +68,14 @@ class WatchSink(Protocol):
 
     def on_service(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         """A Service (its selector shapes PodTopologySpread's default constraints)."""
+        ...
+
+    def on_pod_group(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A scheduling.k8s.io/v1beta1 PodGroup (only when served, see `discover`)."""
+        ...
+
+    def on_workload(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A scheduling.k8s.io/v1beta1 Workload (only when served, see `discover`)."""
         ...
 
     def mark_synced(self) -> None: ...
@@ -139,7 +153,24 @@ class _NoProgress(kopf.ProgressStorage):
 
 
 Kind = tuple[str, str]
-"""(API group, plural) of a watched kind, all at version v1."""
+"""(API group, plural) of a watched kind; its version is v1 unless `VERSIONS` says otherwise."""
+
+POD_GROUPS: Kind = ("scheduling.k8s.io", "podgroups")
+WORKLOADS: Kind = ("scheduling.k8s.io", "workloads")
+WORKLOAD_KINDS: tuple[Kind, ...] = (POD_GROUPS, WORKLOADS)
+"""Watched when the API server serves them (`discover`): gang scheduling, and ``usher explain`` for Workloads."""
+VERSIONS: Mapping[Kind, str] = dict.fromkeys(WORKLOAD_KINDS, "v1beta1")
+"""The kinds watched at another version than v1."""
+
+
+def version(group: str, plural: str) -> str:
+    return VERSIONS.get((group, plural), "v1")
+
+
+def api_path(group: str, plural: str) -> str:
+    """The collection's path across all namespaces (``/api/v1/pods``, ``/apis/<group>/<version>/<plural>``)."""
+    return f"/apis/{group}/{version(group, plural)}/{plural}" if group else f"/api/v1/{plural}"
+
 
 KINDS: tuple[Kind, ...] = (
     ("", "pods"),
@@ -195,6 +226,7 @@ def register(
     registry: kopf.OperatorRegistry,
     sink: WatchSink,
     *,
+    optional: Collection[Kind] = (),
     settings: SyncSettings = SyncSettings(),
     reconcile: ReconcileSettings = ReconcileSettings(),
     recorder: DeletionRecorder | None = None,
@@ -202,9 +234,11 @@ def register(
 ) -> Watches:
     """Register the handlers of one scheduler into a kopf registry.
 
+    ``optional``: the kinds of ``WORKLOAD_KINDS`` the API server serves (`discover`), watched too.
     ``sleep`` is how the reconciler waits (between rounds, before its confirming LIST): injected by tests.
     """
-    sync = InitialSync(sink, KINDS, settings=settings)
+    kinds = (*KINDS, *(kind for kind in WORKLOAD_KINDS if kind in optional))
+    sync = InitialSync(sink, kinds, settings=settings)
 
     def dra(plural: str) -> Deliver:
         return lambda event_type, raw: sink.on_dra(plural, event_type, raw)
@@ -220,16 +254,20 @@ def register(
         "services": sink.on_service,
         **{plural: volume(plural) for _, plural in VOLUME_RESOURCES},
     }
-    holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in KINDS})
-    for group, plural in KINDS:
+    if POD_GROUPS in kinds:
+        deliveries["podgroups"] = sink.on_pod_group
+    if WORKLOADS in kinds:
+        deliveries["workloads"] = sink.on_workload
+    holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in kinds})
+    for group, plural in kinds:
         _watch(registry, sync, holdings, group, plural)
-    return Watches(sync, Reconciler(holdings, KINDS, settings=reconcile, recorder=recorder, sleep=sleep))
+    return Watches(sync, Reconciler(holdings, kinds, settings=reconcile, recorder=recorder, sleep=sleep))
 
 
 def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holdings, group: str, plural: str) -> None:
     deliver = holdings.deliver
 
-    @kopf.on.event(group, "v1", plural, registry=registry, id=f"{plural}_event")
+    @kopf.on.event(group, version(group, plural), plural, registry=registry, id=f"{plural}_event")
     async def on_event(event: kopf.RawEvent, **_: Any) -> None:
         raw = event["object"]  # the parsed JSON itself: no copy, no view
         deliver(plural, "DELETED" if event["type"] == "DELETED" else "MODIFIED", raw)
@@ -511,7 +549,7 @@ def api_lister(api: KubeApi, *, page_size: int = 500) -> Lister:
     """A `Lister` through usher's API client: paginated, so one consistent snapshot per kind."""
 
     async def list_keys(group: str, plural: str) -> Collection[str] | None:
-        base = f"/apis/{group}/v1/{plural}" if group else f"/api/v1/{plural}"
+        base = api_path(group, plural)
         keys: list[str] = []
         token = ""
         while True:
@@ -527,3 +565,46 @@ def api_lister(api: KubeApi, *, page_size: int = 500) -> Lister:
                 return keys
 
     return list_keys
+
+
+async def discover(
+    api: KubeApi,
+    kinds: Iterable[Kind],
+    *,
+    attempts: int = 5,
+    retry: float = 1.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> tuple[Kind, ...]:
+    """Which of ``kinds`` the API server serves, from its discovery documents (one GET per group version).
+
+    A 404 means the group version is not served (a beta API the API server was not told to serve).
+    Any other failure is retried ``attempts`` times, ``retry`` seconds apart and doubling; then the
+    kinds of that group version count as not served, with a warning: usher starts without them.
+    """
+    served: list[Kind] = []
+    by_version: dict[str, list[Kind]] = {}
+    for group, plural in kinds:
+        by_version.setdefault(f"/apis/{group}/{version(group, plural)}" if group else "/api/v1", []).append(
+            (group, plural)
+        )
+    for path, wanted in by_version.items():
+        delay = retry
+        for attempt in range(1, attempts + 1):
+            try:
+                result = await api.request("GET", path)
+            except Exception as error:  # a connection failure: retried like a 5xx
+                reason = f"{type(error).__name__}: {error}"
+            else:
+                if result.status == 404:
+                    break
+                if result.ok:
+                    names = {r.get("name") for r in result.body.get("resources") or () if isinstance(r, Mapping)}
+                    served.extend(kind for kind in wanted if kind[1] in names)
+                    break
+                reason = result.message
+            if attempt == attempts:
+                logger.warning("discovering %s failed (%s): starting without %s", path, reason, wanted)
+                break
+            await sleep(delay)
+            delay *= 2
+    return tuple(served)

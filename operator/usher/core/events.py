@@ -83,6 +83,7 @@ class Resource(StrEnum):
     CSI_NODE = "CSINode"
     CSI_DRIVER = "CSIDriver"
     CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
+    POD_GROUP = "PodGroup"
     WILDCARD = "*"
 
     def matches(self, incoming: Resource) -> bool:
@@ -143,6 +144,11 @@ ASSIGNED_POD_ADD = ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD)
 ASSIGNED_POD_DELETE = ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE)
 UNSCHEDULED_POD_UPDATE = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE)
 UNSCHEDULED_POD_DELETE = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.DELETE)
+UNSCHEDULED_POD_ADD = ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.ADD)
+"""A new unscheduled pod of a pod group, offered to the waiting pods: it may complete their gang."""
+POD_GROUP_ADD = ClusterEvent(Resource.POD_GROUP, ActionType.ADD)
+POD_GROUP_UPDATE = ClusterEvent(Resource.POD_GROUP, ActionType.UPDATE)
+POD_GROUP_DELETE = ClusterEvent(Resource.POD_GROUP, ActionType.DELETE)
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:

@@ -9,6 +9,11 @@ Every pod goes to the cache or the queue, never both:
   detected change (heartbeats raise none);
 - PodDisruptionBudgets are kept in the cache for preemption, Service
   selectors for PodTopologySpread's default constraints;
+- PodGroups (scheduling.k8s.io/v1beta1) are kept in the cache's pod-group
+  states and raise PodGroupAdd/Update/Delete; the members of each group are
+  tracked there as they are queued, assumed, bound and gone, and a new
+  unscheduled member raises UnscheduledPodAdd (it may complete its gang);
+  Workloads are kept for ``usher explain`` only;
 - everything else is ignored.
 
 Pods are keyed by namespace/name, but kopf serializes events per object
@@ -38,6 +43,10 @@ from usher.core.events import (
     NODE_ADD,
     NODE_DELETE,
     POD_ADD,
+    POD_GROUP_ADD,
+    POD_GROUP_DELETE,
+    POD_GROUP_UPDATE,
+    UNSCHEDULED_POD_ADD,
     UNSCHEDULED_POD_DELETE,
     UNSCHEDULED_POD_UPDATE,
     ActionType,
@@ -46,6 +55,7 @@ from usher.core.events import (
     node_update_events,
     pod_update_events,
 )
+from usher.core.podgroups import Member
 from usher.core.queue import SchedulingQueue
 from usher.core.types import PodInfo, PodKey, pod_key
 from usher.core.volumes.state import VolumeState
@@ -171,9 +181,14 @@ class EventHandlers:
         queued = self.queue.get(pod.key)
         if not ours:
             self.queue.delete(pod.key)
+            self.cache.pod_groups.drop(pod.key)
             return ""
+        # Counted in its group before PreEnqueue runs: it may be the member that completes the quorum.
+        self.cache.pod_groups.track(pod, Member.UNSCHEDULED)
         if queued is None:
             self.queue.add(pod)
+            if pod.group_key is not None and self.cache.pod_groups.enabled:
+                self.queue.move_all(UNSCHEDULED_POD_ADD, None, pod.raw)
             return POD_ADD.label
         events = pod_update_events(queued.pod.raw, pod.raw, assigned=False)
         self.queue.update(queued.pod, pod, events)
@@ -183,6 +198,7 @@ class EventHandlers:
         """Deleted, or terminal: uncount it (assumed or not) and forget it in the queue."""
         old = self.cache.pod(key)
         queued = self.queue.delete(key)
+        self.cache.pod_groups.drop(key)
         if old is not None:
             self.cache.remove_pod(key)
             self.queue.move_all(ASSIGNED_POD_DELETE, old.raw, None)
@@ -205,6 +221,19 @@ class EventHandlers:
             self.cache.remove_service(namespace, name)
         else:
             self.cache.set_service(namespace, name, (raw.get("spec") or {}).get("selector"))
+
+    def on_pod_group(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
+        """A PodGroup: update the pod-group states, raise PodGroupAdd, PodGroupUpdate or PodGroupDelete."""
+        old, new = self.cache.pod_groups.on_pod_group(event_type == DELETED, raw)
+        if old is None and new is None:
+            return ""
+        event = POD_GROUP_ADD if old is None else POD_GROUP_DELETE if new is None else POD_GROUP_UPDATE
+        self.queue.move_all(event, old.raw if old is not None else None, new.raw if new is not None else None)
+        return event.label
+
+    def on_workload(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """Workloads only inform ``usher explain``: no pod is moved by one."""
+        self.cache.pod_groups.on_workload(event_type == DELETED, raw)
 
     def on_node(self, event_type: str | None, raw: Mapping[str, Any]) -> str:
         name = str((raw.get("metadata") or {}).get("name") or "")

@@ -19,6 +19,9 @@ PodKey = NewType("PodKey", str)
 
 NodeName = NewType("NodeName", str)
 
+PodGroupKey = NewType("PodGroupKey", str)
+"""``namespace/name`` of a scheduling.k8s.io PodGroup: how the cache and the queue address a pod group."""
+
 
 @dataclass(frozen=True, slots=True)
 class HostPort:
@@ -51,6 +54,10 @@ def pod_key(namespace: str, name: str) -> PodKey:
     return PodKey(f"{namespace}/{name}")
 
 
+def pod_group_key(namespace: str, name: str) -> PodGroupKey:
+    return PodGroupKey(f"{namespace}/{name}")
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     """An immutable view of one version of a pod, with what scheduling needs precomputed."""
@@ -73,6 +80,8 @@ class PodInfo:
     """``status.nominatedNodeName``: where preemption made room for it ("" when none)."""
     start_time: str
     """``status.startTime`` (RFC 3339, "" before the kubelet starts it): preemption prefers newer victims."""
+    pod_group: str
+    """``spec.schedulingGroup.podGroupName``: the PodGroup the pod belongs to ("" when none)."""
     labels: Mapping[str, str] = field(repr=False, compare=False)
     host_ports: tuple[HostPort, ...] = field(repr=False, compare=False)
     has_pod_affinity: bool = field(repr=False, compare=False)
@@ -107,6 +116,7 @@ class PodInfo:
             preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
             nominated_node_name=str(status.get("nominatedNodeName") or ""),
             start_time=str(status.get("startTime") or ""),
+            pod_group=str((spec.get("schedulingGroup") or {}).get("podGroupName") or ""),
             labels=dict(meta.get("labels") or {}),
             host_ports=_host_ports(spec),
             has_pod_affinity=bool(pod_affinity or anti_affinity),
@@ -117,6 +127,11 @@ class PodInfo:
     @property
     def assigned(self) -> bool:
         return bool(self.node_name)
+
+    @property
+    def group_key(self) -> PodGroupKey | None:
+        """The key of the pod's PodGroup; None when the pod belongs to none."""
+        return pod_group_key(self.namespace, self.pod_group) if self.pod_group else None
 
     @property
     def terminating_by_preemption(self) -> bool:
@@ -161,6 +176,8 @@ class Cause(Enum):
     """404: the pod was deleted."""
     SUPERSEDED = "superseded"
     """The dispatcher dropped the call for a more relevant one about the same object."""
+    GANG_ROLLED_BACK = "gang rolled back"
+    """Another member of the pod's gang failed before its binding: the whole gang is retried after its backoff."""
 
 
 @dataclass(frozen=True, slots=True)

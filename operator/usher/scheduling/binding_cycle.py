@@ -7,6 +7,10 @@ scheduled. Failure unreserves, forgets the assumption and hands the pod to
 ``SchedulingFailures``, except when the API server says the pod is bound
 already or gone (a typed ``Cause``): then the watch says where it went and
 the pod is never bound twice.
+
+A member of a gang waits for the others between PreBind and Bind
+(``gang_binding``); when one of them fails before Bind, every other one is
+rolled back the same way and retried after its backoff (``Cause.GANG_ROLLED_BACK``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from usher.core.events import ASSIGNED_POD_DELETE
 from usher.core.queue import SchedulingQueue
 from usher.core.types import Cause, Code, Status
 from usher.scheduling.failures import SchedulingFailures
+from usher.scheduling.gang_binding import GangCommits
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import SchedulingRecorder
 from usher.scheduling.scheduling_cycle import Assumed
@@ -43,6 +48,7 @@ class BindingCycle:
         queue: SchedulingQueue,
         waiting_pods: WaitingPods,
         failures: SchedulingFailures,
+        gangs: GangCommits,
         events: PodEvents,
         recorder: SchedulingRecorder,
         clock: Clock,
@@ -53,6 +59,7 @@ class BindingCycle:
         self._queue = queue
         self._waiting_pods = waiting_pods
         self._failures = failures
+        self._gangs = gangs
         self._events = events
         self._recorder = recorder
         self._clock = clock
@@ -76,6 +83,14 @@ class BindingCycle:
                 self._waiting_pods.release(pod.key, assumed.permit.future)
         if status.ok:
             status = await framework.run_pre_bind(state, pod, node)
+        gang = assumed.gang
+        if gang is not None:
+            if status.ok:
+                status = await gang.ready(pod.key)  # every member ready, or the gang rolled back
+            else:
+                self._gangs.fail(gang, pod.key, status.message)
+                if gang.failed_member != pod.key and gang.outcome is not None:
+                    status = gang.outcome  # rejected at Permit because another member failed
         if status.ok:
             status = await framework.run_bind(state, pod, node)
         if status.ok:
@@ -85,7 +100,14 @@ class BindingCycle:
         else:
             framework.run_unreserve(state, pod, node)
             self._cache.forget(pod)
-            if status.cause in NOT_RETRIED:
+            if gang is not None and self._queue.get(pod.key) is not assumed.queued:
+                logger.info("pod %s (of pod group %s) not bound: deleted meanwhile", pod.key, gang.group)
+            elif status.cause is Cause.GANG_ROLLED_BACK:
+                logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
+                self._failures.failed(
+                    assumed.queued, framework.scheduler_name, assumed.started, "unschedulable", status.message
+                )
+            elif status.cause in NOT_RETRIED:
                 logger.info("pod %s not bound to %s: %s", pod.key, node, status.message)
                 self._queue.done(assumed.queued)
             elif status.cause is Cause.POD_CONFLICT:

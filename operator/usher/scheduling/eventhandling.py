@@ -1,10 +1,11 @@
 """Watch events in (kube-scheduler's eventhandlers.go): the ``WatchSink`` the kopf handlers feed.
 
 Each event updates the pure cache and queue synchronously (``core.handling``),
-keeps the dispatcher's view of the pod fresh (so a queued status patch is
-built against the newest version, and dropped once the pod is gone), reports
-pods usher cannot parse, records how long the event took, and wakes the
-scheduling loop. Nothing here waits.
+keeps the dispatcher's view of the pod (or PodGroup) fresh (so a queued
+status patch is built against the newest version, and dropped once the
+object is gone), reports pods usher cannot parse, rolls back the gang of a
+member deleted on its way to Bind, records how long the event took, and
+wakes the scheduling loop. Nothing here waits.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from usher.adapters.podgroup_status import pod_group_object_key
 from usher.core.cache import Cache
 from usher.core.handling import EventHandlers
 from usher.core.types import PodKey
 from usher.scheduling.failures import SchedulingFailures
+from usher.scheduling.gang_binding import GangCommits
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.preemption import Evictions
 
@@ -26,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 class ClusterEvents:
-    """Applies watch events of pods, nodes, namespaces, DRA and storage objects; marks the cache synced."""
+    """Applies watch events of pods, nodes, namespaces, DRA, storage and pod-group objects; marks the cache synced."""
 
     def __init__(
         self,
@@ -36,6 +39,7 @@ class ClusterEvents:
         writer: ApiWriter,
         failures: SchedulingFailures,
         evictions: Evictions,
+        gangs: GangCommits,
         recorder: SchedulingRecorder,
         synced: asyncio.Event,
         wake: Callable[[], None],
@@ -46,6 +50,7 @@ class ClusterEvents:
         self._writer = writer
         self._failures = failures
         self._evictions = evictions
+        self._gangs = gangs
         self._recorder = recorder
         self._synced = synced
         self._wake = wake
@@ -62,6 +67,7 @@ class ClusterEvents:
         if event_type == "DELETED":
             self._failures.forget(PodKey(key))
             self._evictions.gone(PodKey(key))
+            self._gangs.gone(PodKey(key))
             self._writer.forget_object(key)
         else:
             self._writer.sync_object(key, raw)
@@ -81,6 +87,22 @@ class ClusterEvents:
         started = self._timer()
         label = self._handlers.on_volume(kind, event_type, raw)
         self._after_event(label, started)
+
+    def on_pod_group(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A scheduling.k8s.io/v1beta1 PodGroup."""
+        started = self._timer()
+        label = self._handlers.on_pod_group(event_type, raw)
+        meta = raw.get("metadata") or {}
+        key = pod_group_object_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        if event_type == "DELETED":
+            self._writer.forget_object(key)
+        else:
+            self._writer.sync_object(key, raw)
+        self._after_event(label, started)
+
+    def on_workload(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        """A scheduling.k8s.io/v1beta1 Workload (kept for ``usher explain``)."""
+        self._handlers.on_workload(event_type, raw)
 
     def on_disruption_budget(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._handlers.on_disruption_budget(event_type, raw)

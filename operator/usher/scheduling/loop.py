@@ -3,12 +3,17 @@
 One coroutine on the one event loop. It starts once the cache is synced and
 pops pods only while this instance leads. For each pod it runs the
 scheduling cycle (bounded CPU work) and starts the binding cycle as a task,
-then moves on without waiting for the API server. It yields to the watch
+then moves on without waiting for the API server. A pod of a pod group
+(with gang support on) brings the rest of its group out of the queue
+(``pop_group``) and the group goes through the pod-group cycle instead, each
+committed member then to a binding cycle of its own. It yields to the watch
 handlers and API results every few pods (or every 10 ms), and sleeps until woken (an event,
 a finished binding) or until the queue's next backoff or flush is due.
 
     synced? -> leading? -> queue.pop() -> SchedulingCycle.run -> Assumed
                                                   -> task: BindingCycle.run
+                                  or: queue.pop_group() -> PodGroupCycle.run -> [Assumed]
+                                                           -> a task per member: BindingCycle.run
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from collections.abc import Callable
 from usher.core.clock import Clock
 from usher.core.queue import SchedulingQueue
 from usher.scheduling.binding_cycle import BindingCycle
-from usher.scheduling.scheduling_cycle import SchedulingCycle
+from usher.scheduling.group_cycle import PodGroupCycle
+from usher.scheduling.scheduling_cycle import Assumed, SchedulingCycle
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +62,12 @@ class SchedulingLoop:
         synced: asyncio.Event,
         leading: asyncio.Event,
         wakeup: Wakeup,
+        groups: PodGroupCycle | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``groups``: the pod-group cycle (None: gang support is off, every pod is scheduled on its own)."""
         self._queue = queue
+        self._groups = groups
         self._timer = timer
         self._scheduling = scheduling
         self._binding = binding
@@ -95,16 +104,24 @@ class SchedulingLoop:
                     async with asyncio.timeout(timeout):
                         await self._wakeup.event.wait()
                 continue
+            members = [queued]
+            committed: list[Assumed] = []
             try:
-                assumed = self._scheduling.run(queued)
+                if self._groups is not None and queued.pod.group_key is not None:
+                    members = self._queue.pop_group(queued)
+                    committed = self._groups.run(members)
+                else:
+                    assumed = self._scheduling.run(queued)
+                    committed = [assumed] if assumed is not None else []
             except Exception:
-                # A bug must cost one attempt of one pod, never the scheduler: back off and retry.
+                # A bug must cost one attempt of one pod (or group), never the scheduler: back off and retry.
                 logger.exception("scheduling pod %s failed unexpectedly", queued.key)
-                self._scheduling.abandon(queued)
-                assumed = None
-            if assumed is not None:
+                for member in members:
+                    self._scheduling.abandon(member)
+                committed = []
+            for assumed in committed:
                 task = asyncio.get_running_loop().create_task(
-                    self._binding.run(assumed), name=f"binding-cycle {queued.key}"
+                    self._binding.run(assumed), name=f"binding-cycle {assumed.queued.key}"
                 )
                 self._binding_tasks.add(task)
                 task.add_done_callback(self._binding_tasks.discard)

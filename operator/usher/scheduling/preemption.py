@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.preempting import disruption_condition_call, victim_delete_call
 from usher.adapters.reporting import pod_status_call
+from usher.core.cache import NodeInfo
+from usher.core.cycle import ScheduleResult
+from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
+from usher.core.framework.runtime import Framework
 from usher.core.queue import SchedulingQueue
 from usher.core.types import PodInfo, PodKey
 from usher.scheduling.podevents import PodEvents
@@ -78,8 +83,18 @@ class Evictions:
                 self._by_preemptor.pop(uid, None)
 
 
+@dataclass(frozen=True, slots=True)
+class PostFilterOutcome:
+    """What PostFilter made of a pod no node fits: its FailedScheduling message and its nomination."""
+
+    message: str
+    """The fit error, with preemption's own message after it (kube-scheduler's FitError)."""
+    nominated: str | None
+    """The node preemption nominated it to; "" when its nomination is cleared; None: left as it is."""
+
+
 class Preemptor:
-    """Nominates a preemptor and evicts its victims."""
+    """Runs PostFilter for pods no node fits; nominates a preemptor and evicts its victims."""
 
     def __init__(
         self,
@@ -103,6 +118,31 @@ class Preemptor:
         self._timer = timer
         self._failed: set[str] = set()
         self._started: dict[str, float] = {}
+
+    def post_filter(
+        self, framework: Framework, state: CycleState, pod: PodInfo, result: ScheduleResult, nodes: Sequence[NodeInfo]
+    ) -> PostFilterOutcome:
+        """kube-scheduler's PostFilter step for a pod no node fits (``result``): preempt if a plugin finds
+        room, and say so in the message. kube-scheduler clears a nomination when no PostFilter runs or
+        preemption finds no node; a cluster without nodes is no FitError (nothing to preempt)."""
+        message, nominated = result.message, "" if not framework.plugins.post_filter else None
+        if framework.plugins.post_filter and nodes:
+            # The nomination in memory is newer than the pod's status.nominatedNodeName (its patch may
+            # still be in flight); kube-scheduler re-reads the pod from its informer for the same reason.
+            held = self._queue.nominator.node_of(pod.key)
+            preemptor = replace(pod, nominated_node_name=held) if held else pod
+            post = framework.run_post_filter(state, preemptor, result.node_statuses, nodes)
+            self._recorder.preemption_attempted()
+            if post.status.ok and post.nominated_node is not None:
+                self.preempt(pod, post, framework.scheduler_name)
+                nominated = post.nominated_node
+            elif post.clear_nomination:
+                nominated = ""
+            if post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
+                message = f"{message} {post.status.message}"
+        if nominated == "":
+            self._queue.nominator.forget(pod.key)
+        return PostFilterOutcome(message, nominated)
 
     def preempt(self, pod: PodInfo, result: PostFilterResult, profile: str) -> None:
         """``result`` nominated a node: hold it for ``pod`` and evict the victims."""

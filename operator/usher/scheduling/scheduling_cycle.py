@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from usher.core.cache import Cache
 from usher.core.cycle import NodeSampler, schedule
@@ -24,6 +24,7 @@ from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
 from usher.core.queue import QueuedPod, SchedulingQueue
 from usher.core.types import Code, NodeName, Status
 from usher.scheduling.failures import SchedulingFailures
+from usher.scheduling.gang_binding import GangCommit
 from usher.scheduling.ports import SchedulingRecorder
 from usher.scheduling.preemption import Preemptor
 from usher.scheduling.waiting_pods import WaitingPods
@@ -53,6 +54,8 @@ class Assumed:
     started: float
     """The attempt's timer reading when its scheduling cycle began."""
     permit: PermitWait | None = None
+    gang: GangCommit | None = None
+    """The pod's gang, when it was committed with one: its binding waits for theirs before Bind."""
 
 
 class SchedulingCycle:
@@ -103,35 +106,18 @@ class SchedulingCycle:
                 logger.error("scheduling pod %s failed: %s", pod.key, result.status.message)
                 self._failures.failed(queued, profile, started, "error", result.status.message)
                 return None
-            # kube-scheduler clears a nomination when no PostFilter runs or preemption finds no node.
-            message, nominated = result.message, "" if not framework.plugins.post_filter else None
-            if framework.plugins.post_filter and nodes:  # no node at all is no FitError: nothing to preempt
-                # The nomination in memory is newer than the pod's status.nominatedNodeName (its patch may
-                # still be in flight); kube-scheduler re-reads the pod from its informer for the same reason.
-                held = self._queue.nominator.node_of(pod.key)
-                preemptor = replace(pod, nominated_node_name=held) if held else pod
-                post = framework.run_post_filter(state, preemptor, result.node_statuses, nodes)
-                self._recorder.preemption_attempted()
-                if post.status.ok and post.nominated_node is not None:
-                    self._preemptor.preempt(pod, post, profile)
-                    nominated = post.nominated_node
-                elif post.clear_nomination:
-                    nominated = ""
-                if post.status.message:  # kube-scheduler's FitError: "0/N nodes ... preemption: ..."
-                    message = f"{message} {post.status.message}"
-            if nominated == "":
-                self._queue.nominator.forget(pod.key)
-            logger.info("pod %s is unschedulable: %s", pod.key, message)
+            outcome = self._preemptor.post_filter(framework, state, pod, result, nodes)
+            logger.info("pod %s is unschedulable: %s", pod.key, outcome.message)
             self._failures.failed(
                 queued,
                 profile,
                 started,
                 "unschedulable",
-                message,
+                outcome.message,
                 unschedulable_plugins=result.unschedulable_plugins,
                 pending_plugins=result.pending_plugins,
                 node_statuses=result.node_statuses,
-                nominated_node=nominated,
+                nominated_node=outcome.nominated,
             )
             return None
         node = result.node

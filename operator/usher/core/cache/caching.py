@@ -15,7 +15,10 @@ A deletion missed during a watch gap reaches the cache through the watch
 reconciler, never through time.
 
 Pods that are terminal (Succeeded/Failed) free their node's resources, as in
-kube-scheduler. A pod seen on a node the watch has not listed yet is kept on
+kube-scheduler. Pods of a pod group are also tracked in ``pod_groups`` as
+unscheduled, assumed or assigned members: assume, forget, a pod seen bound and
+a pod gone move them there too, so GangScheduling's counts follow every step
+above. A pod seen on a node the watch has not listed yet is kept on
 a placeholder NodeInfo so it is counted once the node appears.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 
 from usher.core.cache.budgets import DisruptionBudget
 from usher.core.cache.nodeinfo import NodeInfo
+from usher.core.podgroups import Member, PodGroupStates
 from usher.core.types import NodeName, PodInfo, PodKey
 
 
@@ -89,7 +93,9 @@ def claims_in_use(nodes: Sequence[NodeInfo]) -> Mapping[str, int]:
 class Cache:
     """Nodes and the pods counted on them (bound or assumed), as the scheduling cycle sees them. Pure."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pod_groups: PodGroupStates | None = None) -> None:
+        self.pod_groups = pod_groups if pod_groups is not None else PodGroupStates()
+        """Pod groups and their members' states (kube-scheduler's podGroupStates)."""
         self._nodes: dict[NodeName, NodeInfo] = {}
         self._pod_nodes: dict[PodKey, NodeName] = {}
         self._assumed: set[PodKey] = set()
@@ -176,8 +182,14 @@ class Cache:
             self.remove_pod(pod.key)
             return
         self._place(pod, NodeName(pod.node_name))
+        self.pod_groups.track(pod, Member.ASSIGNED)
 
     def remove_pod(self, key: PodKey) -> None:
+        """The pod is gone (deleted, terminal): uncounted on its node and in its pod group."""
+        self._unplace(key)
+        self.pod_groups.drop(key)
+
+    def _unplace(self, key: PodKey) -> None:
         self._assumed.discard(key)
         node = self._pod_nodes.pop(key, None)
         if node is None:
@@ -195,7 +207,7 @@ class Cache:
     def _place(self, pod: PodInfo, node: NodeName) -> None:
         previous = self._pod_nodes.get(pod.key)
         if previous is not None and previous != node:
-            self.remove_pod(pod.key)
+            self._unplace(pod.key)
         info = self._nodes.get(node)
         if info is None:
             info = self._nodes[node] = NodeInfo(name=node)
@@ -234,13 +246,16 @@ class Cache:
             raise ValueError(f"pod {pod.key} is already counted on node {self._pod_nodes[pod.key]}")
         self._place(pod, node)
         self._assumed.add(pod.key)
+        self.pod_groups.track(pod, Member.ASSUMED)
 
     def forget(self, pod: PodInfo) -> None:
-        """Uncount an assumed pod whose binding failed; a confirmed pod, or a later pod of the same name, stays."""
+        """Uncount an assumed pod whose binding failed (an unscheduled member of its group again); a
+        confirmed pod, or a later pod of the same name, stays."""
         if pod.key in self._assumed:
             counted = self.pod(pod.key)
             if counted is None or counted.uid == pod.uid:
-                self.remove_pod(pod.key)
+                self._unplace(pod.key)
+                self.pod_groups.track(pod, Member.UNSCHEDULED)
 
     def is_assumed(self, key: PodKey) -> bool:
         return key in self._assumed

@@ -35,6 +35,7 @@ from usher.core.framework.interface import (
     Handle,
     NominatedPods,
     PermitPlugin,
+    PlacementFeasiblePlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -51,6 +52,7 @@ from usher.core.framework.interface import (
 from usher.core.framework.profiles import PluginList, PluginRef, ProfileConfig
 from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import Framework, FrameworkRecorder, PluginSet
+from usher.core.podgroups import PodGroupStates
 from usher.core.types import NodeName, PodInfo, PodKey, Status, WriteResult
 from usher.core.volumes.ports import VolumeWriter
 from usher.core.volumes.state import VolumeState
@@ -74,8 +76,12 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.DEFAULT_PREEMPTION),
     PluginRef(names.NODE_RESOURCES_BALANCED_ALLOCATION, weight=1),
     PluginRef(names.DEFAULT_BINDER),
+    PluginRef(names.GANG_SCHEDULING),
 )
-"""The default profile's multiPoint list, in kube-scheduler's order (without the plugins usher lacks)."""
+"""The default profile's multiPoint list, in kube-scheduler's order (without the plugins usher lacks).
+
+GangScheduling is appended as kube-scheduler appends it when its GenericWorkload gate is on: usher's
+gate is on by default. With gang support off the plugin stays in the list and does nothing."""
 
 
 class ProfileError(ValueError):
@@ -179,12 +185,15 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         pre_bind=[p for p in at("preBind") if isinstance(p, PreBindPlugin)],
         bind=[p for p in at("bind") if isinstance(p, BindPlugin)],
         post_bind=[p for p in at("postBind") if isinstance(p, PostBindPlugin)],
+        placement_feasible=[
+            plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PlacementFeasiblePlugin)
+        ],
     )
     if plugin_set.queue_sort is None:
         raise ProfileError(f"{profile.path}.plugins.queueSort: a queue sort plugin is required")
     if not plugin_set.bind:
         raise ProfileError(f"{profile.path}.plugins.bind: a bind plugin is required")
-    enabled = {ref.name for refs in chosen.values() for ref in refs}
+    enabled = {ref.name for refs in chosen.values() for ref in refs} | {p.name for p in plugin_set.placement_feasible}
     plugin_set.all.extend(plugin for name, plugin in instances.built.items() if name in enabled)
     return plugin_set
 
@@ -248,6 +257,7 @@ class _UnconnectedHandle:
         self._ports = _Unconnected()
         self._dra = DraState()
         self._volumes = VolumeState()
+        self._pod_groups = PodGroupStates()
 
     @property
     def binder(self) -> Binder:
@@ -288,6 +298,10 @@ class _UnconnectedHandle:
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         return None
+
+    @property
+    def pod_groups(self) -> PodGroupStates:
+        return self._pod_groups
 
 
 class _NoPreemptions:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from usher.core.dra.ports import ClaimWriter
     from usher.core.dra.state import DraState
     from usher.core.framework.cycle_state import CycleState
+    from usher.core.podgroups import PodGroup, PodGroupStates
     from usher.core.queue.queuedpod import QueuedPod
     from usher.core.volumes.ports import VolumeWriter
     from usher.core.volumes.state import VolumeState
@@ -240,6 +241,28 @@ class PermitPlugin(Plugin, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementProgress:
+    """How far a pod-group cycle got (kube-scheduler's PlacementProgress): members still to try, and members
+    scheduled (assumed or bound before the cycle, plus those placed in it so far)."""
+
+    remaining: int
+    scheduled: int
+
+
+@runtime_checkable
+class PlacementFeasiblePlugin(Plugin, Protocol):
+    """Decides, during a pod-group cycle, whether the group can still meet its constraints (GangScheduling).
+
+    Enabled through ``multiPoint`` only, as in kube-scheduler (no configuration point of its own).
+    """
+
+    def placement_feasible(self, group: PodGroup, progress: PlacementProgress) -> Status:
+        """Success: the constraints are met. Wait: not yet, more members may meet them. Unschedulable: they
+        cannot be met any more, the cycle ends early."""
+        ...
+
+
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
     """Writes what must exist before the binding (claim allocations), in the binding cycle."""
@@ -325,6 +348,11 @@ class Handle(Protocol):
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         """A node's labels as cached; None when usher has not seen it (VolumeBinding's PreBind)."""
+        ...
+
+    @property
+    def pod_groups(self) -> PodGroupStates:
+        """Pod groups and their members' states, as cached and assumed (GangScheduling)."""
         ...
 
 

@@ -24,9 +24,9 @@ VOLUME_BINDING = "VolumeBinding"
 VOLUME_RESTRICTIONS = "VolumeRestrictions"
 VOLUME_ZONE = "VolumeZone"
 NODE_VOLUME_LIMITS = "NodeVolumeLimits"
+GANG_SCHEDULING = "GangScheduling"
 
 # kube-scheduler's in-tree plugins usher does not implement.
-GANG_SCHEDULING = "GangScheduling"
 IMAGE_LOCALITY = "ImageLocality"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
 DEFERRED_POD_SCHEDULING = "DeferredPodScheduling"

@@ -28,6 +28,8 @@ from usher.core.framework.interface import (
     FilterPlugin,
     NominatedPods,
     PermitPlugin,
+    PlacementFeasiblePlugin,
+    PlacementProgress,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -49,6 +51,7 @@ from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
+    from usher.core.podgroups import PodGroup
 
 RECORD_PLUGIN_METRICS = "usher.io/record-plugin-metrics"
 
@@ -103,6 +106,8 @@ class PluginSet:
     pre_bind: list[PreBindPlugin] = field(default_factory=list)
     bind: list[BindPlugin] = field(default_factory=list)
     post_bind: list[PostBindPlugin] = field(default_factory=list)
+    placement_feasible: list[PlacementFeasiblePlugin] = field(default_factory=list)
+    """Pod-group cycles only; enabled through multiPoint."""
     all: list[Plugin] = field(default_factory=list)
     """Every enabled plugin (each once), for EnqueueExtensions."""
 
@@ -408,6 +413,29 @@ class Framework:
                 outcome.timeout = wait
         self._point("Permit", outcome.status, started)
         return outcome
+
+    def run_placement_feasible(self, group: PodGroup, progress: PlacementProgress) -> Status:
+        """kube-scheduler's RunPlacementFeasiblePlugins: the first Unschedulable or error ends it, a Wait is
+        remembered (the last one wins) while the others are asked, Success when every plugin agrees."""
+        started = self._timer()
+        result = Status()
+        for plugin in self.plugins.placement_feasible:
+            status = _guarded(plugin.placement_feasible, group, progress)
+            if status.ok:
+                continue
+            if status.code is Code.WAIT:
+                result = status.with_plugin(plugin.name)
+                continue
+            if status.code is Code.ERROR:
+                result = error(f"running PlacementFeasible plugin: {status.message}").with_plugin(plugin.name)
+            elif status.code is Code.UNSCHEDULABLE:
+                result = status.with_plugin(plugin.name)
+            else:
+                message = f"unexpected status from PlacementFeasible plugin: {_STATUS_LABELS[status.code]}"
+                result = error(message).with_plugin(plugin.name)
+            break
+        self._point("PlacementFeasible", result, started)
+        return result
 
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
         started = self._timer()

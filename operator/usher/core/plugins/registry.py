@@ -11,6 +11,7 @@ def in_tree_registry() -> Registry:
         defaultbinder,
         defaultpreemption,
         dynamicresources,
+        gangscheduling,
         interpodaffinity,
         nodeaffinity,
         nodename,
@@ -48,6 +49,7 @@ def in_tree_registry() -> Registry:
         defaultpreemption,
         balanced,
         defaultbinder,
+        gangscheduling,
     ):
         registry.register(module.NAME, module.new)
     return registry

@@ -40,6 +40,13 @@ In flight: while any pod is being scheduled, every event of interest is
 recorded; when a pod fails, the events recorded since it was popped are
 replayed through its hints, so an event that arrived mid-attempt is not lost.
 
+Pod groups (with ``QueueOptions.pod_groups``): kube-scheduler queues a pod
+group as one entity; here each member keeps its own place, and the group
+moves as one when it is popped: ``pop_group`` takes every member waiting in
+activeQ, backoffQ or the pool (not gated ones) into flight with the pod just
+popped, so the group is placed in one cycle. A member moved by an event,
+its backoff over or newly added is enough to bring the whole group back.
+
 With the SchedulerQueueingHints gate off, hints are not asked (any matching
 registration of a rejecting plugin counts as Queue) and a failed pod goes to
 backoffQ if any move happened while it was in flight (moveRequestCycle).
@@ -64,6 +71,7 @@ from usher.core.events import (
     POP_FROM_BACKOFF_Q,
     SCHEDULE_ATTEMPT_FAILURE,
     UNSCHEDULABLE_TIMEOUT,
+    ActionType,
     ClusterEvent,
     Resource,
 )
@@ -74,7 +82,7 @@ from usher.core.queue.inflight import InFlight
 from usher.core.queue.nominator import Nominator
 from usher.core.queue.queuedpod import QueuedPod, Where
 from usher.core.queue.unschedulable import UnschedulablePool
-from usher.core.types import Code, PodInfo, PodKey, QueueingHint, Status
+from usher.core.types import Code, PodGroupKey, PodInfo, PodKey, QueueingHint, Status
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +170,8 @@ class QueueOptions:
     pre_queueing_hints: bool = True
     """Feature gate SchedulerPreQueueingHints."""
     pop_from_backoff_q: bool = True
+    pod_groups: bool = False
+    """Pods of a pod group are popped together (``pop_group``): gang support is on."""
 
 
 @dataclass(slots=True)
@@ -196,6 +206,8 @@ class SchedulingQueue:
         self._reporter = reporter
         self._timer = timer
         self._pods: dict[PodKey, QueuedPod] = {}
+        self._groups: dict[PodGroupKey, set[PodKey]] = {}
+        """Pod group -> its members held here (only with ``QueueOptions.pod_groups``)."""
         self._active = ActiveQueue(sort_key)
         self._backoff = BackoffQueue()
         self._pool = UnschedulablePool()
@@ -217,6 +229,7 @@ class SchedulingQueue:
             return
         queued = QueuedPod(pod=pod, timestamp=self._clock.now())
         self._pods[pod.key] = queued
+        self._index_group(pod)
         self.nominator.update(pod)
         self._to_active_or_gated(queued, POD_ADD.label)
 
@@ -232,6 +245,9 @@ class SchedulingQueue:
             return
         previous = queued.pod
         queued.pod = new
+        if previous.group_key != new.group_key:  # immutable in the API; kept right all the same
+            self._unindex_group(previous)
+            self._index_group(new)
         self.nominator.update(new, previous)
         if queued.where is Where.IN_FLIGHT:
             for event in events:
@@ -261,6 +277,7 @@ class SchedulingQueue:
         queued = self._pods.pop(key, None)
         if queued is None:
             return None
+        self._unindex_group(queued.pod)
         if queued.where is Where.IN_FLIGHT:
             self._in_flight.done(key)  # its binding cycle's outcome will find it gone
         self._leave(queued)
@@ -297,6 +314,37 @@ class SchedulingQueue:
         if queued is None:
             return None
         self._cycle += 1
+        self._start_attempt(queued)
+        return queued
+
+    def pop_group(self, queued: QueuedPod) -> list[QueuedPod]:
+        """``queued`` (just popped) and the other members of its pod group, popped with it.
+
+        Members waiting in activeQ, backoffQ or the pool come along whatever their
+        backoff, as kube-scheduler's queued pod group does (one entity, one backoff),
+        once PreEnqueue has passed them again; gated members stay held by their
+        PreEnqueue plugin, and members in flight (binding) stay there. ``queued``
+        comes first, then the others by key.
+        """
+        key = queued.pod.group_key
+        if not self._options.pod_groups or key is None or queued.where is not Where.IN_FLIGHT:
+            return [queued]
+        members = [queued]
+        for member_key in sorted(self._groups.get(key, ())):
+            member = self._pods.get(member_key)
+            if member is None or member is queued:
+                continue
+            waiting = member.where in (Where.ACTIVE, Where.BACKOFF)
+            # PreEnqueue's answer may have changed while it waited, as for a pop from backoffQ.
+            if (waiting or (member.where is Where.UNSCHEDULABLE and not member.gated)) and self._admitted(
+                member, FORCE_ACTIVATE.label
+            ):
+                self._leave(member)
+                self._start_attempt(member)
+                members.append(member)
+        return members
+
+    def _start_attempt(self, queued: QueuedPod) -> None:
         queued.where = Where.IN_FLIGHT
         queued.attempts += 1
         queued.pending_plugins.clear()
@@ -305,7 +353,6 @@ class SchedulingQueue:
         if self._options.queueing_hints:
             self._in_flight.start(queued.key)
         queued.popped_cycle = self._cycle
-        return queued
 
     def done(self, queued: QueuedPod, node: str | None = None) -> None:
         """The pod's attempt is over and it was placed (on ``node``; None: it is not ours to place any
@@ -320,6 +367,7 @@ class SchedulingQueue:
         self.nominator.forget(queued.key, kept_on=node)
         if queued.where is Where.IN_FLIGHT:
             del self._pods[queued.key]
+            self._unindex_group(queued.pod)
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """Preemption made room for ``pod`` on ``node``: Filter holds it for the pod from now on."""
@@ -549,8 +597,13 @@ class SchedulingQueue:
             return Strategy.AFTER_BACKOFF
         if event.is_wildcard:
             return Strategy.AFTER_BACKOFF
-        if event.resource is Resource.UNSCHEDULED_POD and not _concerns(event, queued, new, old):
-            return Strategy.SKIP  # an update of another unscheduled pod never helps this one
+        if (
+            event.resource is Resource.UNSCHEDULED_POD
+            and event.action != ActionType.ADD
+            and not _concerns(event, queued, new, old)
+        ):
+            # An update of another unscheduled pod never helps this one; its arrival may (it can complete a gang).
+            return Strategy.SKIP
         profile = self._profiles.get(queued.pod.scheduler_name)
         if profile is None:
             return Strategy.AFTER_BACKOFF
@@ -608,6 +661,19 @@ class SchedulingQueue:
         )
 
     # ------------------------------------------------------------------ transitions
+
+    def _index_group(self, pod: PodInfo) -> None:
+        key = pod.group_key
+        if key is not None and self._options.pod_groups:
+            self._groups.setdefault(key, set()).add(pod.key)
+
+    def _unindex_group(self, pod: PodInfo) -> None:
+        key = pod.group_key
+        members = self._groups.get(key) if key is not None else None
+        if members is not None and key is not None:
+            members.discard(pod.key)
+            if not members:
+                del self._groups[key]
 
     def _next_entry(self) -> int:
         self._entries += 1

@@ -1,0 +1,203 @@
+"""Gang scheduling against the real API server: scheduling.k8s.io/v1beta1 PodGroups, all of a gang or none of it.
+
+The session's control plane serves scheduling.k8s.io/v1beta1 (``GenericWorkload``
+and ``--runtime-config``, see e2e/pytest_plugin.py); each test makes its own
+kwok nodes, PodGroups and pods, runs its own usher, and reads the outcome from
+the API: where pods are bound, their conditions and Events, the PodGroup's
+``PodGroupInitiallyScheduled`` condition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from e2e.controlplane import wait_for
+from e2e.test_not_ready import explain, notes, pod_scheduled
+from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest
+from e2e.usher_process import UsherProcess
+
+pytestmark = pytest.mark.e2e
+
+WAITING_FOR_QUORUM = "waiting for minCount pods from a gang to appear in scheduling queue"
+
+
+def pod_group(name: str, min_count: int | None) -> dict[str, Any]:
+    """A PodGroup: the gang policy with ``min_count``, else the basic policy."""
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def gang_member(name: str, scheduler: str, group: str, *, cpu: str = "1") -> dict[str, Any]:
+    pod = pod_manifest(name, scheduler, cpu=cpu, memory="64Mi")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def pod_group_conditions(core_api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> list[dict[str, Any]]:
+    scheduling = kubernetes.client.SchedulingV1beta1Api(core_api.api_client)
+    raw = core_api.api_client.sanitize_for_serialization(scheduling.read_namespaced_pod_group(name, namespace))
+    return list((raw.get("status") or {}).get("conditions") or [])
+
+
+def initially_scheduled(core_api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> tuple[str, str] | None:
+    for condition in pod_group_conditions(core_api, namespace, name):
+        if condition["type"] == "PodGroupInitiallyScheduled":
+            return condition["status"], condition["reason"]
+    return None
+
+
+def bound(core_api: kubernetes.client.CoreV1Api, namespace: str, *names: str) -> list[str]:
+    return [n for n in names if core_api.read_namespaced_pod(n, namespace).spec.node_name]
+
+
+@pytest.fixture
+def scheduling(core_api: kubernetes.client.CoreV1Api) -> kubernetes.client.SchedulingV1beta1Api:
+    return kubernetes.client.SchedulingV1beta1Api(core_api.api_client)
+
+
+def test_a_gang_that_fits_is_bound_completely(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    nodes = [kwok_nodes("n0", cpu="2"), kwok_nodes("n1", cpu="2")]
+    scheduler = usher()
+    scheduling.create_namespaced_pod_group(namespace, pod_group("train", 4))
+    members = [f"w{i}" for i in range(4)]
+    for name in members:
+        core_api.create_namespaced_pod(namespace, gang_member(name, scheduler.scheduler_name, "train"))
+
+    wait_for(lambda: bound(core_api, namespace, *members) == members, 30, "the whole gang bound")
+    wait_for(
+        lambda: initially_scheduled(core_api, namespace, "train") == ("True", "Scheduled"),
+        30,
+        "PodGroupInitiallyScheduled=True",
+    )
+    assert_no_node_overcommitted(core_api, nodes)
+    assert (
+        scheduler.metric("scheduler_schedule_attempts_total", result="scheduled", profile=scheduler.scheduler_name) == 4
+    )
+
+
+def test_a_gang_that_cannot_fit_binds_nobody_and_holds_nothing(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    kwok_nodes("n0", cpu="2")
+    scheduler = usher()
+    scheduling.create_namespaced_pod_group(namespace, pod_group("train", 3))
+    members = ["w0", "w1", "w2"]
+    for name in members:
+        core_api.create_namespaced_pod(namespace, gang_member(name, scheduler.scheduler_name, "train"))
+
+    wait_for(
+        lambda: initially_scheduled(core_api, namespace, "train") == ("False", "Unschedulable"),
+        30,
+        "PodGroupInitiallyScheduled=False, reason Unschedulable",
+    )
+    wait_for(
+        lambda: all(notes(core_api, namespace, name, "FailedScheduling") for name in members),
+        30,
+        "a FailedScheduling Event on every member",
+    )
+    messages = {note for name in members for note in notes(core_api, namespace, name, "FailedScheduling")}
+    assert len(messages) == 1, f"one message for the group: {messages}"
+    [message] = messages
+    assert message.startswith("pod group " + namespace + "/train: minCount (3) cannot be satisfied: 2 scheduled")
+    [condition] = pod_group_conditions(core_api, namespace, "train")
+    assert message.endswith(condition["message"]), "the PodGroup says the same"
+    wait_for(
+        lambda: all(pod_scheduled(core_api, namespace, n) == ("False", "Unschedulable", message) for n in members),
+        30,
+        "the same Unschedulable condition on every member",
+    )
+    assert bound(core_api, namespace, *members) == []
+
+    # Nothing is held for the gang: a pod that needs the whole node fits.
+    core_api.create_namespaced_pod(namespace, pod_manifest("whole", scheduler.scheduler_name, cpu="2", memory="64Mi"))
+    wait_for(lambda: bound(core_api, namespace, "whole") == ["whole"], 30, "the smaller pod bound")
+    assert bound(core_api, namespace, *members) == []
+
+
+def test_two_gangs_competing_for_room_for_one_end_one_complete_and_one_empty(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    kwok_nodes("n0", cpu="3")
+    scheduler = usher()
+    for group in ("a", "b"):
+        scheduling.create_namespaced_pod_group(namespace, pod_group(group, 3))
+    gangs = {group: [f"{group}{i}" for i in range(3)] for group in ("a", "b")}
+    for i in range(3):  # interleaved, as two Jobs starting together would create them
+        for group in ("a", "b"):
+            core_api.create_namespaced_pod(namespace, gang_member(gangs[group][i], scheduler.scheduler_name, group))
+
+    def settled() -> bool:
+        full = [g for g, names in gangs.items() if bound(core_api, namespace, *names) == names]
+        return len(full) == 1 and any(
+            initially_scheduled(core_api, namespace, g) == ("False", "Unschedulable") for g in gangs if g not in full
+        )
+
+    wait_for(settled, 60, "one gang bound whole, the other reported unschedulable")
+    winner = next(g for g, names in gangs.items() if bound(core_api, namespace, *names) == names)
+    loser = "b" if winner == "a" else "a"
+    assert bound(core_api, namespace, *gangs[loser]) == [], "the other gang holds nothing"
+    assert initially_scheduled(core_api, namespace, winner) == ("True", "Scheduled")
+
+
+def test_pods_wait_for_their_quorum_told_why_then_go_together(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    kwok_nodes("n0", cpu="4")
+    scheduler = usher(extra_args=("--pre-enqueue-status-delay", "1", "--enable-debug-endpoints"))
+    scheduling.create_namespaced_pod_group(namespace, pod_group("train", 3))
+    for name in ("w0", "w1"):
+        core_api.create_namespaced_pod(namespace, gang_member(name, scheduler.scheduler_name, "train"))
+
+    for name in ("w0", "w1"):
+        wait_for(
+            lambda name=name: (
+                pod_scheduled(core_api, namespace, name)  # type: ignore[misc]
+                == ("False", "NotReadyForScheduling", WAITING_FOR_QUORUM)
+            ),
+            30,
+            f"{name}'s NotReadyForScheduling condition",
+        )
+    wait_for(lambda: notes(core_api, namespace, "w0", "NotReadyForScheduling") == [WAITING_FOR_QUORUM], 30, "its Event")
+    out = explain(scheduler, f"{namespace}/w0")
+    assert out.returncode == 0, out.stderr
+    assert f"waiting for 1 more pod of PodGroup {namespace}/train" in out.stdout
+    report = json.loads(scheduler.get(f"/debug/pods/{namespace}/w0")[1])
+    assert report["podGroup"]["members"] == {f"{namespace}/w0": "gated", f"{namespace}/w1": "gated"}
+    assert bound(core_api, namespace, "w0", "w1") == []
+
+    core_api.create_namespaced_pod(namespace, gang_member("w2", scheduler.scheduler_name, "train"))
+
+    wait_for(lambda: bound(core_api, namespace, "w0", "w1", "w2") == ["w0", "w1", "w2"], 30, "the gang bound together")
+    wait_for(
+        lambda: (pod_scheduled(core_api, namespace, "w0") or ("",))[0] == "True",
+        30,
+        "PodScheduled=True once bound (the NotReadyForScheduling reason gone)",
+    )

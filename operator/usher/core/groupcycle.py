@@ -1,0 +1,205 @@
+"""The pod-group cycle's algorithm: the members of a group placed together against one snapshot. Pure.
+
+kube-scheduler's podGroupSchedulingDefaultAlgorithm (schedule_one_podgroup.go):
+PlacementFeasible first (a group that cannot meet ``minCount`` whatever
+happens tries nobody), then each member in turn through the one-pod
+algorithm (``core.cycle.schedule``: PreFilter, Filter, Score), and when it
+fits, assumed on its node and reserved, so the next member sees it there.
+PlacementFeasible after each member ends the cycle as soon as the outcome is
+known. A Wait left at the end is Unschedulable, and so is a Success that
+placed nobody.
+
+Nothing is committed here. ``simulate_group`` returns a ``GroupSimulation``
+whose ``revert`` unreserves and forgets every member it placed, last first
+(kube's revertFns); the caller reverts in every case, then commits the
+placed members of a group that succeeded one by one (assume, Reserve,
+Permit). That split is the seam for placement algorithms
+(TopologyAwareWorkloadScheduling simulates one candidate domain after
+another, reverting each, and commits the best) and for workload-aware
+preemption (which needs the failed simulation before it is reverted).
+
+Since the cycle runs synchronously on the event loop, no watch event changes
+the cache while a group is simulated: the cache is the cycle's snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from usher.core.cache import Cache
+from usher.core.cycle import NodeSampler, ScheduleResult, schedule
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.interface import PlacementProgress
+from usher.core.framework.runtime import Framework
+from usher.core.podgroups import PodGroup
+from usher.core.types import Code, PodInfo, Status, error
+
+GROUP_UNSCHEDULABLE = "pod group is unschedulable"
+"""kube-scheduler's errPodGroupUnschedulable: the status of a group that placed nobody."""
+
+
+@dataclass(slots=True)
+class MemberOutcome:
+    """One member's turn in the simulation: the one-pod algorithm's answer, and whether it was placed."""
+
+    pod: PodInfo
+    state: CycleState
+    result: ScheduleResult
+    status: Status
+    """Success when placed; else the rejection (no node fits, Reserve said no) or the error."""
+
+    @property
+    def placed(self) -> bool:
+        return self.status.ok and self.result.node is not None
+
+    @property
+    def message(self) -> str:
+        """Why it was not placed, as its FailedScheduling message would say it."""
+        return self.result.message if self.result.node is None else self.status.message
+
+
+@dataclass(slots=True)
+class GroupSimulation:
+    """The outcome of placing a group's members one after another; ``revert`` undoes the placements."""
+
+    group: PodGroup
+    status: Status
+    """Success (the group's constraints are met), Unschedulable (the reasons say why) or an error."""
+    members: list[MemberOutcome]
+    """The members evaluated, in order."""
+    skipped: list[PodInfo]
+    """Members never evaluated: the outcome was known before their turn."""
+    scheduled_before: int
+    """Members assumed or bound before the cycle."""
+    _reverts: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def placed(self) -> list[MemberOutcome]:
+        return [member for member in self.members if member.placed]
+
+    @property
+    def failed(self) -> list[MemberOutcome]:
+        return [member for member in self.members if not member.placed]
+
+    @property
+    def short(self) -> int:
+        """Members still missing for the quorum (0 once it is met)."""
+        return max(0, self.group.quorum - self.scheduled_before - len(self.placed))
+
+    def revert(self) -> None:
+        """Unreserve and forget every placed member, last first; safe to call twice."""
+        while self._reverts:
+            self._reverts.pop()()
+
+
+def simulate_group(
+    framework: Framework,
+    group: PodGroup,
+    pods: Sequence[PodInfo],
+    cache: Cache,
+    *,
+    scheduled: int,
+    new_state: Callable[[], CycleState],
+    rng: random.Random,
+    sampler: NodeSampler | None = None,
+    nominated: Callable[[PodInfo], str | None] = lambda pod: None,
+) -> GroupSimulation:
+    """Place ``pods`` (the group's unscheduled members, in order) on the cache's nodes, all or none.
+
+    ``scheduled``: the group's members already assumed or bound. ``nominated``: the node preemption
+    made room on for a member, tried first as in the one-pod cycle. Every pod placed stays assumed and
+    reserved until ``revert`` (see the module docstring).
+    """
+    simulation = GroupSimulation(group, Status(), [], [], scheduled)
+    progress = PlacementProgress(remaining=len(pods), scheduled=scheduled)
+    status = framework.run_placement_feasible(group, progress)
+    if status.code is Code.ERROR:
+        simulation.status = error(f"failed to evaluate placement feasibility: {status.message}")
+        simulation.skipped = list(pods)
+        return simulation
+    if status.code is Code.UNSCHEDULABLE:
+        simulation.status = status
+        simulation.skipped = list(pods)
+        return simulation
+    for index, pod in enumerate(pods):
+        member = _place(framework, pod, cache, new_state(), rng, sampler, nominated(pod), simulation)
+        simulation.members.append(member)
+        if member.status.code is Code.ERROR:
+            status = error(f"failed to schedule other pod from a pod group: {member.status.message}")
+            simulation.skipped = list(pods[index + 1 :])
+            break
+        progress = PlacementProgress(
+            remaining=progress.remaining - 1, scheduled=progress.scheduled + (1 if member.placed else 0)
+        )
+        status = framework.run_placement_feasible(group, progress)
+        if status.code is Code.ERROR:
+            status = error(f"failed to evaluate placement feasibility: {status.message}")
+        if status.code in (Code.ERROR, Code.UNSCHEDULABLE):
+            simulation.skipped = list(pods[index + 1 :])
+            break
+    if status.code is Code.WAIT:
+        status = Status(Code.UNSCHEDULABLE, status.reasons, status.plugin)
+    elif status.ok and not simulation.placed:
+        status = Status(Code.UNSCHEDULABLE, (GROUP_UNSCHEDULABLE,))
+    simulation.status = status
+    return simulation
+
+
+def _place(
+    framework: Framework,
+    pod: PodInfo,
+    cache: Cache,
+    state: CycleState,
+    rng: random.Random,
+    sampler: NodeSampler | None,
+    nominated: str | None,
+    simulation: GroupSimulation,
+) -> MemberOutcome:
+    result = schedule(framework, state, pod, cache.node_infos(), rng=rng, sampler=sampler, nominated=nominated)
+    node = result.node
+    if node is None:
+        status = result.status if result.status.code is Code.ERROR else Status(Code.UNSCHEDULABLE, (result.message,))
+        return MemberOutcome(pod, state, result, status)
+    cache.assume(pod, node)
+    status = framework.run_reserve(state, pod, node)
+    if not status.ok:
+        framework.run_unreserve(state, pod, node)
+        cache.forget(pod)
+        return MemberOutcome(pod, state, result, status)
+
+    def revert() -> None:
+        framework.run_unreserve(state, pod, node)
+        cache.forget(pod)
+
+    simulation._reverts.append(revert)
+    return MemberOutcome(pod, state, result, Status())
+
+
+def validate_group(group: PodGroup, pods: Sequence[PodInfo], scheduled: Sequence[PodInfo]) -> str:
+    """Why the group's pods cannot be scheduled together as they are ("" when they can), with
+    kube-scheduler's messages (validatePodGroup): one scheduler name, the PodGroup's priority, one
+    preemption policy, for the unscheduled and the scheduled members alike."""
+    if group.problem:
+        return group.problem
+    if not pods:
+        return ""
+    scheduler, policy = pods[0].scheduler_name, pods[0].preemption_policy
+    for pod in (*pods, *scheduled):
+        if pod.scheduler_name != scheduler:
+            return (
+                "all pods in a single pod group should have the same .spec.schedulerName set, "
+                f'got: "{pod.scheduler_name}" and "{scheduler}"'
+            )
+        if pod.priority != group.priority:
+            return (
+                "all pods in a single pod group should have the same priority as the pod group's priority, "
+                f"got {pod.priority} and {group.priority}"
+            )
+        if pod.preemption_policy != policy:
+            return (
+                "all pods in a single pod group should have the same preemption policy, "
+                f"got {pod.preemption_policy} and {policy}"
+            )
+    return ""

@@ -1,0 +1,409 @@
+"""Gangs at run time: the pod-group cycle, Permit, the barrier before Bind and the reports, over fakes of the ports.
+
+Built by the composition root's ``build_scheduler`` as ``usher run`` builds
+it, with the test harness of ``test_scheduling`` (a recording writer, a
+scripted binder, a fake clock; nothing sleeps). One extra plugin, ``Stall``,
+lets a test hold or fail a member's PreBind, to see what a gang does when
+one member does not make it to Bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.builders import make_pod, make_pod_group
+from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
+from tests.unit.test_scheduling import Harness, RecordingRecorder, RecordingWriter, ScriptedBinder
+from usher.app import build_scheduler
+from usher.config import default_config, parse_config
+from usher.core.clock import FakeClock
+from usher.core.framework.cycle_state import CycleState
+from usher.core.plugins.gangscheduling import WAITING_FOR_QUORUM
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.queue import Where
+from usher.core.types import NodeName, PodInfo, PodKey, Status, error
+from usher.explaining import explain, render
+from usher.features import parse_feature_gates
+
+
+@dataclass
+class Stall:
+    """A PreBind plugin: holds the pods named in ``held`` until released, fails those in ``failing``."""
+
+    name = "Stall"
+    held: dict[str, asyncio.Event] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)
+    reached: list[str] = field(default_factory=list)
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
+        self.reached.append(pod.name)
+        if pod.name in self.held:
+            await self.held[pod.name].wait()
+        return error(f"PreBind of {pod.name} failed") if pod.name in self.failing else Status()
+
+
+CONFIG = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [{"schedulerName": "usher", "plugins": {"preBind": {"enabled": [{"name": "Stall"}]}}}],
+}
+
+
+@dataclass
+class Gangs(Harness):
+    stall: Stall = field(default_factory=Stall)
+
+    def pod_group(self, name: str, min_count: int | None = None, **kwargs: Any) -> dict[str, Any]:
+        raw = make_pod_group(name, min_count, **kwargs)
+        self.scheduler.events.on_pod_group("ADDED", raw)
+        return raw
+
+    def member(self, name: str, group: str = "train", cpu: str = "1", **spec: Any) -> PodKey:
+        raw = make_pod().name(name).uid(f"uid-{name}").group(group).req(cpu=cpu).obj()
+        raw["spec"].update(spec)
+        return self.pod(raw)
+
+    def bound(self) -> list[str]:
+        return sorted(key.split("/", 1)[1] for key, _ in self.binder.calls)
+
+    def group_conditions(self, name: str = "train") -> list[Mapping[str, Any]]:
+        found = []
+        for call in self.writer.calls:
+            if call.call_type == "pod_group_status_patch" and call.object_key == f"podgroups/default/{name}":
+                request = call.build(None)
+                assert request is not None and isinstance(request.body, Mapping)
+                found.extend(request.body["status"]["conditions"])
+        return found
+
+    def failed_notes(self, *names: str) -> list[str]:
+        events = self.writer.events("FailedScheduling")
+        return [e["note"] for e in events if e["regarding"]["name"] in names]
+
+    def requested_cpu(self) -> int:
+        return sum(node.requested.get("cpu", 0) for node in self.scheduler.cache.node_infos())
+
+
+@pytest.fixture
+async def gangs() -> AsyncIterator[Gangs]:
+    clock = FakeClock()
+    writer, binder, recorder = RecordingWriter(), ScriptedBinder(), RecordingRecorder()
+    leading = asyncio.Event()
+    leading.set()
+    stall = Stall()
+    registry = in_tree_registry()
+    registry.register("Stall", lambda args, handle: stall)
+    scheduler = build_scheduler(
+        parse_config(CONFIG, registry=registry),
+        parse_feature_gates(None),
+        clock=clock,
+        recorder=recorder,
+        writer=writer,
+        binder=binder,
+        claim_writer=RecordingClaimWriter(),
+        volume_writer=RecordingVolumeWriter(),
+        leading=leading,
+        registry=registry,
+        seed=1,
+    )
+    scheduler.events.mark_synced()
+    task = asyncio.create_task(scheduler.loop.run())
+    yield Gangs(scheduler, clock, writer, binder, recorder, leading, stall)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+# -- all or nothing ------------------------------------------------------------------
+
+
+async def test_a_gang_that_fits_is_bound_whole_and_its_pod_group_says_so(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 3)
+    for name in ("a", "b", "c"):
+        gangs.member(name)
+
+    await gangs.until(lambda: len(gangs.recorder.scheduled) == 3, "the gang is bound")
+
+    assert gangs.bound() == ["a", "b", "c"]
+    assert gangs.recorder.attempts == [("scheduled", "usher")] * 3
+    [condition] = gangs.group_conditions()
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodGroupInitiallyScheduled",
+        "True",
+        "Scheduled",
+    )
+    assert condition["observedGeneration"] == 1
+
+
+async def test_a_gang_that_cannot_fit_binds_nobody_holds_nothing_and_says_why_once(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="2")
+    gangs.pod_group("train", 3)
+    for name in ("a", "b", "c"):
+        gangs.member(name)
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 3, "the gang's attempt fails")
+
+    assert gangs.binder.calls == [] and gangs.requested_cpu() == 0
+    assert gangs.recorder.attempts == [("unschedulable", "usher")] * 3
+    notes = gangs.failed_notes("a", "b", "c")
+    assert len(notes) == 3 and len(set(notes)) == 1, "one message for the group, on every member"
+    match = re.fullmatch(
+        r"pod group default/train: (minCount \(3\) cannot be satisfied: 2 scheduled, 0 remaining; pod default/[abc]: "
+        r"0/1 nodes are available: 1 Insufficient cpu\. preemption: 0/1 nodes are available: "
+        r"1 No preemption victims found for incoming pod\.)",
+        notes[0],
+    )
+    assert match is not None, notes[0]
+    detail = match.group(1)
+    for name in ("a", "b", "c"):
+        queued = gangs.scheduler.queue.get(PodKey(f"default/{name}"))
+        assert queued is not None and queued.where is Where.UNSCHEDULABLE
+        assert queued.unschedulable_plugins == {"NodeResourcesFit", "GangScheduling"}
+    [condition] = gangs.group_conditions()
+    assert (condition["status"], condition["reason"], condition["message"]) == ("False", "Unschedulable", detail)
+
+    # Nothing is held for the gang: a pod that needs the whole node still fits.
+    whole = gangs.pod(make_pod().name("whole").req(cpu="2").obj())
+    await gangs.until(lambda: (whole, "n1") in gangs.binder.calls, "the smaller pod binds")
+
+
+async def test_two_gangs_competing_for_room_for_one_never_both_stay_partial(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="3")
+    gangs.pod_group("a", 3)
+    gangs.pod_group("b", 3)
+    for i in range(3):
+        gangs.member(f"a{i}", group="a")
+        gangs.member(f"b{i}", group="b")
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 6, "both gangs were tried")
+
+    bound = gangs.bound()
+    assert bound in (["a0", "a1", "a2"], ["b0", "b1", "b2"])
+    loser = "b" if bound[0].startswith("a") else "a"
+    assert all(gangs.scheduler.queue.get(PodKey(f"default/{loser}{i}")) is not None for i in range(3))
+    assert gangs.group_conditions(loser)[-1]["reason"] == "Unschedulable"
+
+
+async def test_pods_wait_for_min_count_as_kube_scheduler_says_then_go_together(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 3)
+    gangs.member("a")
+    gangs.member("b")
+    await gangs.idle()
+
+    assert gangs.binder.calls == [] and gangs.recorder.attempts == []
+    assert [c["message"] for c in gangs.writer.conditions(PodKey("default/a"))] == [WAITING_FOR_QUORUM]
+    report = explain(gangs.scheduler, PodKey("default/a"))
+    assert report["podGroup"]["waitingFor"] == "1 more pod of PodGroup default/train"
+    assert "    waiting for 1 more pod of PodGroup default/train" in render(report).splitlines()
+
+    gangs.member("c")
+    await gangs.until(lambda: len(gangs.recorder.scheduled) == 3, "the gang goes once the last pod comes")
+    assert gangs.bound() == ["a", "b", "c"]
+
+
+async def test_pods_whose_pod_group_comes_later_wait_for_it(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.member("a")
+    gangs.member("b")
+    await gangs.idle()
+    assert [c["message"] for c in gangs.writer.conditions(PodKey("default/a"))] == [
+        'waiting for pods\'s pod group "train" to appear in scheduling queue'
+    ]
+    assert render(explain(gangs.scheduler, PodKey("default/a"))).splitlines()[2] == (
+        "  pod group default/train: waiting for PodGroup default/train to be created"
+    )
+
+    gangs.pod_group("train", 2)
+    await gangs.until(lambda: len(gangs.recorder.scheduled) == 2, "the gang goes once its PodGroup exists")
+
+
+async def test_lowering_min_count_lets_a_waiting_gang_go(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    raw = gangs.pod_group("train", 3)
+    gangs.member("a")
+    gangs.member("b")
+    await gangs.idle()
+    assert gangs.binder.calls == []
+
+    lowered = copy.deepcopy(raw)
+    lowered["metadata"]["resourceVersion"] = "2"
+    lowered["spec"]["schedulingPolicy"]["gang"]["minCount"] = 2
+    gangs.scheduler.events.on_pod_group("MODIFIED", lowered)
+
+    await gangs.until(lambda: len(gangs.recorder.scheduled) == 2, "the gang goes with its new minCount")
+
+
+async def test_the_basic_policy_schedules_its_pods_one_by_one(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="1")
+    gangs.pod_group("train")
+    gangs.member("a")
+    gangs.member("b")
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "both were tried")
+
+    assert len(gangs.binder.calls) == 1
+    [loser] = [n for n in ("a", "b") if gangs.scheduler.queue.get(PodKey(f"default/{n}")) is not None]
+    assert gangs.failed_notes(loser)[0].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    assert gangs.group_conditions()[-1]["status"] == "True"
+
+
+async def test_members_that_disagree_on_priority_are_a_scheduler_error(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 2, priority=10)
+    gangs.member("a", priority=10)
+    gangs.member("b", priority=5)
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the group is refused")
+
+    message = "all pods in a single pod group should have the same priority as the pod group's priority, got 5 and 10"
+    assert gangs.recorder.attempts == [("error", "usher")] * 2 and gangs.binder.calls == []
+    assert gangs.failed_notes("a", "b") == [message] * 2
+    assert gangs.group_conditions()[-1]["reason"] == "SchedulerError"
+    assert gangs.group_conditions()[-1]["message"] == message
+
+
+async def test_a_malformed_pod_group_is_reported_on_the_pods_it_blocks(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 2, schedulingPolicy={"gang": {"minCount": "two"}})
+    gangs.member("a")
+    await gangs.idle()
+
+    message = (
+        "PodGroup default/train cannot be scheduled: spec.schedulingPolicy.gang.minCount: must be a positive "
+        "integer, got 'two'"
+    )
+    assert [c["message"] for c in gangs.writer.conditions(PodKey("default/a"))] == [message]
+    assert [c["reason"] for c in gangs.writer.conditions(PodKey("default/a"))] == ["NotReadyForScheduling"]
+    other = gangs.pod(make_pod().name("solo").obj())
+    await gangs.until(lambda: (other, "n1") in gangs.binder.calls, "everything else is still scheduled")
+
+
+# -- preemption where single pods decide ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("min_count", "members", "preempts"),
+    [(1, 1, True), (2, 2, True), (3, 3, False)],
+    ids=[
+        "a gang of one preempts as a pod would",
+        "a gang one pod short preempts for that pod",
+        "a gang short of two pods preempts nothing (workload-aware preemption)",
+    ],
+)
+async def test_a_gang_preempts_only_where_one_pod_decides(
+    gangs: Gangs, min_count: int, members: int, preempts: bool
+) -> None:
+    gangs.nodes("n1", cpu="2")
+    low = gangs.pod(make_pod().name("low").priority(1).node("n1").req(cpu="2").obj())
+    gangs.nodes("n2", cpu="1")
+    gangs.pod(make_pod().name("filler").priority(1000).node("n2").req(cpu="1").obj())
+    if members == 2:  # room for one member on n3: the gang is one pod short
+        gangs.nodes("n3", cpu="2")
+    gangs.pod_group("train", min_count, priority=100)
+    for i in range(members):
+        gangs.member(f"m{i}", cpu="2", priority=100)
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == members, "the gang's attempt fails")
+
+    assert gangs.binder.calls == []
+    victim_marked = any(c.call_type == "pod_status_patch" and c.object_key == low for c in gangs.writer.calls)
+    nominated = [m for i in range(members) if gangs.scheduler.queue.nominator.node_of(m := PodKey(f"default/m{i}"))]
+    assert victim_marked == preempts
+    assert len(nominated) == (1 if preempts else 0)
+    assert gangs.recorder.preemption_attempts == (1 if preempts else 0)
+
+
+# -- the barrier before Bind -------------------------------------------------------------
+
+
+async def test_a_member_failing_before_bind_rolls_its_whole_gang_back(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 3)
+    gangs.stall.held["c"] = asyncio.Event()  # c is still in PreBind when b fails
+    gangs.stall.failing.add("b")
+    for name in ("a", "b", "c"):
+        gangs.member(name)
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "b failed and a was rolled back")
+
+    gangs.stall.held["c"].set()
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 3, "c was rolled back too")
+
+    assert gangs.binder.calls == [] and gangs.requested_cpu() == 0
+    assert sorted(gangs.recorder.attempts) == [
+        ("error", "usher"),
+        ("unschedulable", "usher"),
+        ("unschedulable", "usher"),
+    ]
+    rolled_back = (
+        "rolled back with its gang: pod default/b of pod group default/train was not bound: PreBind of b failed"
+    )
+    assert gangs.failed_notes("a", "c") == [rolled_back] * 2
+    for name in ("a", "b", "c"):  # all back in the queue, backing off
+        queued = gangs.scheduler.queue.get(PodKey(f"default/{name}"))
+        assert queued is not None and queued.where is Where.BACKOFF and not queued.rejectors
+
+    gangs.stall.failing.clear()
+    gangs.clock.advance(11)
+    gangs.nodes("n1", cpu="4")  # any event wakes the loop
+    await gangs.until(lambda: len(gangs.binder.calls) == 3, "the gang binds whole on its next try")
+
+
+async def test_a_member_deleted_on_its_way_to_bind_takes_its_gang_back(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    gangs.pod_group("train", 2)
+    gangs.stall.held["b"] = asyncio.Event()
+    gangs.member("a")
+    gangs.member("b")
+    await gangs.until(lambda: "b" in gangs.stall.reached and "a" in gangs.stall.reached, "both reach PreBind")
+
+    gangs.scheduler.events.on_pod("DELETED", make_pod().name("b").uid("uid-b").group("train").obj())
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 1, "a is rolled back")
+    gangs.stall.held["b"].set()
+    await gangs.idle()
+
+    assert gangs.binder.calls == [] and gangs.requested_cpu() == 0
+    queued = gangs.scheduler.queue.get(PodKey("default/a"))  # alone, below minCount: held for the quorum again
+    assert queued is not None and queued.gated and queued.gating_message == WAITING_FOR_QUORUM
+    assert gangs.failed_notes("b") == []  # a deleted pod is not reported on
+
+
+# -- gang support off ---------------------------------------------------------------------
+
+
+async def test_without_pod_groups_served_every_pod_is_scheduled_on_its_own() -> None:
+    writer, binder = RecordingWriter(), ScriptedBinder()
+    leading = asyncio.Event()
+    leading.set()
+    scheduler = build_scheduler(
+        default_config(),
+        parse_feature_gates(None),
+        clock=FakeClock(),
+        recorder=RecordingRecorder(),
+        writer=writer,
+        binder=binder,
+        claim_writer=RecordingClaimWriter(),
+        volume_writer=RecordingVolumeWriter(),
+        leading=leading,
+        pod_groups_served=False,
+    )
+    harness = Harness(scheduler, FakeClock(), writer, binder, RecordingRecorder(), leading)
+    scheduler.events.mark_synced()
+    task = asyncio.create_task(scheduler.loop.run())
+    try:
+        harness.nodes("n1")
+        key = harness.pod(make_pod().name("a").group("train").obj())  # no PodGroup, minCount unknown
+        await harness.until(lambda: binder.calls == [(key, "n1")], "the pod is bound on its own")
+        assert "podGroup" not in explain(scheduler, key)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
