@@ -51,6 +51,12 @@ class _Handle:
         info = self._cache.node(node)
         return info.labels if info is not None else None
 
+    def node_info(self, node: str) -> Any:
+        return self._cache.node(node)
+
+    def nominated_pods(self, node: str) -> Any:
+        return []
+
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         labels = self._cache.namespace_labels(namespace)
         return dict(labels) if labels is not None else None

@@ -14,14 +14,14 @@ from typing import Any
 import yaml
 
 from usher.config import default_config, parse_config
-from usher.core.cache import DisruptionBudget
+from usher.core.cache import Cache, DisruptionBudget, NodeInfo
 from usher.core.clock import FakeClock
 from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import PodGroupStates
-from usher.core.queue import QueueOptions, SchedulingQueue
+from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.types import NodeName, PodInfo, PodKey, Status, WriteResult
 from usher.core.volumes.state import VolumeState
 from usher.scheduling.preemption import Evictions
@@ -135,9 +135,18 @@ class FakeHandle:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     """Node name -> labels, for ``node_labels``."""
     pod_groups: PodGroupStates = field(default_factory=PodGroupStates)
+    cache: Cache | None = None
+    """Nodes as ``node_info`` reports them (None: no node is known)."""
+    nominator: Nominator = field(default_factory=Nominator)
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         return self.nodes.get(node)
+
+    def node_info(self, node: str) -> NodeInfo | None:
+        return self.cache.node(node) if self.cache is not None else None
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        return self.nominator.nominated_pods(node)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)

@@ -40,7 +40,7 @@ from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.adapters.volumes import DispatcherVolumeWriter
 from usher.config import SchedulerConfig
-from usher.core.cache import Cache, DisruptionBudget
+from usher.core.cache import Cache, DisruptionBudget, NodeInfo
 from usher.core.clock import Clock, MonotonicClock
 from usher.core.cycle import NodeSampler
 from usher.core.dra.ports import ClaimWriter
@@ -54,7 +54,7 @@ from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import PodGroupStates
 from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
-from usher.core.types import pod_key
+from usher.core.types import PodInfo, pod_key
 from usher.core.volumes.ports import VolumeWriter
 from usher.core.volumes.state import VolumeState
 from usher.explaining import explain, queue_summary
@@ -113,6 +113,7 @@ class PluginHandle:
     preemptions: PreemptionsInFlight
     volumes: VolumeState
     volume_writer: VolumeWriter
+    nominator: Nominator
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
@@ -126,6 +127,12 @@ class PluginHandle:
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         info = self.cache.node(node)
         return info.labels if info is not None else None
+
+    def node_info(self, node: str) -> NodeInfo | None:
+        return self.cache.node(node)
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        return self.nominator.nominated_pods(node)
 
     @property
     def pod_groups(self) -> PodGroupStates:
@@ -170,6 +177,7 @@ def build_scheduler(
         preemptions=evictions,
         volumes=volumes,
         volume_writer=volume_writer,
+        nominator=nominator,
     )
     registry = registry or in_tree_registry()
     frameworks = {

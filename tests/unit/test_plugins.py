@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.builders import make_node, make_pod
+from tests.frameworks import FakeHandle
 from usher.core.cache import Cache
 from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
@@ -157,6 +158,62 @@ def test_the_fit_hint_queues_only_for_a_node_that_could_hold_the_pod() -> None:
     big = make_node().capacity(cpu="4", memory="4Gi", pods=10).obj()
     assert fit._node_fits(pod, None, small) is QueueingHint.QUEUE_SKIP
     assert fit._node_fits(pod, None, big) is QueueingHint.QUEUE
+
+
+def _fit_with_node(*pods: dict[str, Any]) -> tuple[NodeResourcesFit, FakeHandle]:
+    """NodeResourcesFit whose handle knows node "n" (4 CPU, 10 pods) with ``pods`` on it."""
+    handle = FakeHandle(cache=Cache())
+    assert handle.cache is not None
+    handle.cache.add_or_update_node(make_node().name("n").capacity(cpu="4", memory="8Gi", pods=10).obj())
+    for pod in pods:
+        handle.cache.add_or_update_pod(info(pod))
+    return NodeResourcesFit(parse_args({}), handle), handle
+
+
+@pytest.mark.parametrize(
+    ("left_on_node", "nominated", "hint"),
+    [
+        ([], [], QueueingHint.QUEUE),
+        (["2"], [], QueueingHint.QUEUE_SKIP),
+        ([], [("2", 20)], QueueingHint.QUEUE_SKIP),
+        ([], [("2", 10)], QueueingHint.QUEUE_SKIP),
+        ([], [("2", 5)], QueueingHint.QUEUE),
+    ],
+    ids=[
+        "the node now has room: queue",
+        "the node still lacks room: skip",
+        "the room is held for a nominated pod of higher priority: skip",
+        "the room is held for a nominated pod of equal priority: skip",
+        "a nominated pod of lower priority does not hold the room: queue",
+    ],
+)
+def test_the_fit_hint_on_a_deleted_pod_looks_at_the_node_it_left(
+    left_on_node: list[str], nominated: list[tuple[str, int]], hint: QueueingHint
+) -> None:
+    others = [make_pod().node("n").req(cpu=cpu).obj() for cpu in left_on_node]
+    fit, handle = _fit_with_node(*others)
+    for i, (cpu, priority) in enumerate(nominated):
+        handle.nominator.nominate(info(make_pod().name(f"nominee-{i}").priority(priority).req(cpu=cpu).obj()), "n")
+    waiting = info(make_pod().priority(10).req(cpu="3").obj())
+    deleted = make_pod().node("n").req(cpu="1").obj()
+    assert fit._room_freed(waiting, deleted, None) is hint
+
+
+def test_the_fit_hint_on_a_deleted_pod_without_a_node_or_one_it_does_not_know() -> None:
+    fit, _ = _fit_with_node()
+    waiting = info(make_pod().req(cpu="3").obj())
+    assert fit._room_freed(waiting, make_pod().obj(), None) is QueueingHint.QUEUE_SKIP, "held no room anywhere"
+    released = make_pod().obj()
+    released["status"]["nominatedNodeName"] = "n"
+    assert fit._room_freed(waiting, released, None) is QueueingHint.QUEUE, "a released nomination on n"
+    elsewhere = make_pod().node("unknown").obj()
+    assert fit._room_freed(waiting, elsewhere, None) is QueueingHint.QUEUE, "a node usher has not seen: retry"
+    waiting_self = info(make_pod().name("self").priority(10).req(cpu="3").obj())
+    fit2, handle = _fit_with_node()
+    handle.nominator.nominate(waiting_self, "n")
+    assert fit2._room_freed(waiting_self, make_pod().node("n").obj(), None) is QueueingHint.QUEUE, (
+        "a pod's own nomination does not keep it out"
+    )
 
 
 def test_requested_to_capacity_ratio_follows_the_shape() -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from usher.core.cache import DisruptionBudget
+from usher.core.cache import DisruptionBudget, NodeInfo
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState
 from usher.core.framework import names
@@ -298,6 +298,12 @@ class _UnconnectedHandle:
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         return None
+
+    def node_info(self, node: str) -> NodeInfo | None:
+        return None
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        return []
 
     @property
     def pod_groups(self) -> PodGroupStates:

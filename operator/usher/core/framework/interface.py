@@ -350,6 +350,14 @@ class Handle(Protocol):
         """A node's labels as cached; None when usher has not seen it (VolumeBinding's PreBind)."""
         ...
 
+    def node_info(self, node: str) -> NodeInfo | None:
+        """A node as cached now, assumed pods included; None when usher has not seen it (QueueingHints)."""
+        ...
+
+    def nominated_pods(self, node: str) -> Sequence[PodInfo]:
+        """The pods nominated to a node (QueueingHints that must count the room held for them)."""
+        ...
+
     @property
     def pod_groups(self) -> PodGroupStates:
         """Pod groups and their members' states, as cached and assumed (GangScheduling)."""

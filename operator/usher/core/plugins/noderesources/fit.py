@@ -104,8 +104,9 @@ class NodeResourcesFit:
 
     name = NAME
 
-    def __init__(self, args: FitArgs) -> None:
+    def __init__(self, args: FitArgs, handle: Handle | None = None) -> None:
         self.args = args
+        self._handle = handle
 
     def _ignored(self, resource: str) -> bool:
         if resource in self.args.ignored_resources:
@@ -212,12 +213,45 @@ class NodeResourcesFit:
                 ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE), hint=self._node_fits
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN)
+                ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+                hint=self._room_freed,
             ),
             ClusterEventWithHint(
                 ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCALE_DOWN), hint=this_pod_changed
             ),
         ]
+
+    def _room_freed(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue only if the pod now fits on the node the deleted (or shrunk) pod freed room on.
+
+        kube-scheduler queues on any assigned pod's deletion; usher looks at that node as cached now
+        (the event's change applied, assumed pods counted) with the room held for nominated pods of
+        equal or higher priority, as Filter's second pass counts it. Nothing else changed on any
+        other node, so a pod that still does not fit there gains nothing from a retry: with many
+        preemptors waiting for their victims, each victim's deletion no longer retries all of them.
+        """
+        gone = old if old is not None else new
+        spec, status = (gone or {}).get("spec") or {}, (gone or {}).get("status") or {}
+        name = spec.get("nodeName") or status.get("nominatedNodeName")
+        if not name:
+            return QueueingHint.QUEUE_SKIP  # kube-scheduler: an unscheduled, unnominated pod held no room
+        node = self._handle.node_info(str(name)) if self._handle is not None else None
+        if node is None:
+            return QueueingHint.QUEUE
+        requested = dict(node.requested)
+        for held in self._handle.nominated_pods(node.name) if self._handle is not None else ():
+            if held.uid != pod.uid and held.priority >= pod.priority:
+                requested[PODS] = requested.get(PODS, 0) + 1
+                for resource, amount in held.requests.items():
+                    requested[resource] = requested.get(resource, 0) + amount
+        if requested.get(PODS, 0) + 1 > node.allocatable.get(PODS, 0):
+            return QueueingHint.QUEUE_SKIP
+        for resource, amount in pod.requests.items():
+            if resource == PODS or self._ignored(resource):
+                continue
+            if amount > node.allocatable.get(resource, 0) - requested.get(resource, 0):
+                return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
 
     def _node_fits(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Queue only if the new or grown node could hold the pod were it empty."""
@@ -244,7 +278,7 @@ def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[st
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
-    return NodeResourcesFit(parse_args(args))
+    return NodeResourcesFit(parse_args(args), handle)
 
 
 _check_filter: type[BatchFilterPlugin] = NodeResourcesFit
