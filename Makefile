@@ -93,7 +93,8 @@ manifests: binaries
 clean-cache:
 	rm -rf $(USHER_CACHE)
 
-# Benchmarks (bench/README.md): the full side-by-side run takes about 10 minutes on 2 cores.
+# Benchmarks (bench/README.md): the full side-by-side run takes about 70-80 minutes on 2 cores (hand-written
+# workloads about 10, scheduler_perf's own 60-70; `python -m bench.runner --list-upstream` estimates them).
 .PHONY: bench bench-smoke
 
 bench: venv binaries

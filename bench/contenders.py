@@ -8,11 +8,13 @@ invocation counts, pending pods per queue).
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import signal
 import ssl
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.kube import Api
 from bench.limit import SCHEDULER_NAME as LIMIT_SCHEDULER_NAME
-from bench.limit import LimitBinder
+from bench.limit import ClusterLimitBinder, LimitBinder
 from e2e.controlplane import ControlPlane
 from e2e.usher_process import UsherProcess
 
@@ -84,6 +86,10 @@ class Contender(ABC):
         """Hint and queue metrics, or None when this contender has none."""
         return None
 
+    async def scrape(self) -> str | None:
+        """The scheduler's /metrics text, or None when this contender has none."""
+        return None
+
     def ensure_alive(self) -> None:
         """Raise with the log's tail if the scheduler process has exited (a crash must not look like a stall)."""
         return None
@@ -106,13 +112,16 @@ class Usher(Contender):
         self.label = f"usher (PreQueueingHints {state})"
         self.process: UsherProcess | None = None
 
+    def usher_args(self, plane: ControlPlane) -> tuple[str, ...]:
+        """Flags after ``usher run --kubeconfig --scheduler-name --metrics-bind-address``."""
+        return ("--feature-gates", f"SchedulerPreQueueingHints={str(self.pre_queueing_hints).lower()}")
+
     async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
-        gates = f"SchedulerPreQueueingHints={str(self.pre_queueing_hints).lower()}"
         self.process = UsherProcess(
             kubeconfig=plane.kubeconfig,
             scheduler_name=self.scheduler_name,
             log_path=plane.logs_dir / "usher.log",
-            extra_args=("--feature-gates", gates),
+            extra_args=self.usher_args(plane),
         ).start()
 
     @property
@@ -124,11 +133,15 @@ class Usher(Contender):
             tail = self.process.log_path.read_text(errors="replace").splitlines()[-15:]
             raise RuntimeError(f"usher exited with {self.process.process.returncode}: " + " | ".join(tail))
 
-    async def metrics(self) -> dict[str, float] | None:
+    async def scrape(self) -> str | None:
         if self.process is None:
             return None
         async with aiohttp.ClientSession() as session, session.get(f"{self.process.url}/metrics") as response:
-            return parse_metrics(await response.text())
+            return await response.text()
+
+    async def metrics(self) -> dict[str, float] | None:
+        text = await self.scrape()
+        return None if text is None else parse_metrics(text)
 
     async def stop(self) -> None:
         # SIGKILL: a clean shutdown (queued writes get 5 s) is the e2e suite's business, and the
@@ -153,29 +166,34 @@ class KubeScheduler(Contender):
         self._context.check_hostname = False
         self._context.verify_mode = ssl.CERT_NONE
 
+    def configuration(self) -> dict[str, Any]:
+        """The KubeSchedulerConfiguration without its client connection (added by `plane_kwargs`)."""
+        return {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": self.scheduler_name}],
+        }
+
+    def gates_flag(self) -> str:
+        return f"SchedulerPreQueueingHints={str(self.pre_queueing_hints).lower()}"
+
     def plane_kwargs(self, workdir: Path) -> dict[str, Any]:
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "kube-scheduler-config.json"
+        document = self.configuration()
         # With --config, kube-scheduler ignores --kubeconfig: name the file the control plane writes.
-        config.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {
-                        "kubeconfig": str(workdir.resolve() / "scheduler" / "kubeconfig"),
-                        "qps": KUBE_SCHEDULER_QPS,
-                        "burst": KUBE_SCHEDULER_QPS,
-                    },
-                    "leaderElection": {"leaderElect": False},
-                    "profiles": [{"schedulerName": self.scheduler_name}],
-                },
-                indent=2,
-            )
-        )
+        document["clientConnection"] = {
+            **document.get("clientConnection", {}),
+            "kubeconfig": str(workdir.resolve() / "scheduler" / "kubeconfig"),
+            "qps": KUBE_SCHEDULER_QPS,
+            "burst": KUBE_SCHEDULER_QPS,
+        }
+        config.write_text(json.dumps(document, indent=2))
+        gates = self.gates_flag()
         args: Sequence[str] = (
             f"--config={config}",
-            f"--feature-gates=SchedulerPreQueueingHints={str(self.pre_queueing_hints).lower()}",
+            *((f"--feature-gates={gates}",) if gates else ()),
             # /metrics without a token: the harness reads hint counts like it reads usher's.
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         )
@@ -192,14 +210,18 @@ class KubeScheduler(Contender):
         if self._plane is not None:
             self._plane.component("kube-scheduler").ensure_running()
 
-    async def metrics(self) -> dict[str, float] | None:
+    async def scrape(self) -> str | None:
         if self._plane is None:
             return None
         url = f"https://127.0.0.1:{self._plane.ports.scheduler}/metrics"
         async with aiohttp.ClientSession() as session, session.get(url, ssl=self._context) as response:
-            if response.status != 200:
-                return None
-            metrics = parse_metrics(await response.text())
+            return await response.text() if response.status == 200 else None
+
+    async def metrics(self) -> dict[str, float] | None:
+        text = await self.scrape()
+        if text is None:
+            return None
+        metrics = parse_metrics(text)
         # v1.37.1 declares a labelled family only once it has a sample, and counts every hint
         # call: absent means none yet.
         metrics.setdefault("hint_invocations", 0.0)
@@ -232,6 +254,137 @@ class Limit(Contender):
     async def stop(self) -> None:
         if self.binder is not None:
             await self.binder.stop()
+
+
+# --------------------------------------------------------------------------- upstream workloads
+
+#: scheduler_perf's pods name no scheduler: each run has one scheduler, under kube's default name.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+ATTEMPT_DURATION = "scheduler_scheduling_attempt_duration_seconds"
+
+
+def scheduler_configuration(config: Mapping[str, Any] | None, kubeconfig: Path) -> dict[str, Any]:
+    """A test case's KubeSchedulerConfiguration (or the default one) as both schedulers get it.
+
+    Added to what the test case wrote: the client connection (this control plane's
+    kubeconfig, client QPS and burst lifted as scheduler_perf lifts them) and no leader
+    election (one scheduler per cluster; kube-scheduler's default would add lease writes).
+    """
+    document = (
+        copy.deepcopy(dict(config))
+        if config
+        else {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": DEFAULT_SCHEDULER_NAME}],
+        }
+    )
+    document["leaderElection"] = {**document.get("leaderElection", {}), "leaderElect": False}
+    document["clientConnection"] = {
+        **document.get("clientConnection", {}),
+        "kubeconfig": str(kubeconfig),
+        "qps": KUBE_SCHEDULER_QPS,
+        "burst": KUBE_SCHEDULER_QPS,
+    }
+    return document
+
+
+def gates_flag(gates: Mapping[str, bool]) -> str:
+    return ",".join(f"{name}={str(value).lower()}" for name, value in sorted(gates.items()))
+
+
+def histogram(text: str, name: str, **labels: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts (upper bound -> count), summed over the series matching ``labels``."""
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket" and all(sample.labels.get(k) == v for k, v in labels.items()):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return buckets
+
+
+def histogram_delta(after: Mapping[float, float], before: Mapping[float, float]) -> dict[float, float]:
+    """What a histogram observed between two scrapes."""
+    return {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """Prometheus's histogram_quantile: linear within the bucket holding the rank (None without observations).
+
+    A rank in the +Inf bucket answers the highest finite bound, as Prometheus does.
+    """
+    ordered = sorted(buckets.items())
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    rank = q * ordered[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == below:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
+
+
+class UpstreamUsher(Usher):
+    """usher on a scheduler_perf workload: the test case's configuration file and the gates usher has."""
+
+    scheduler_name = DEFAULT_SCHEDULER_NAME
+
+    def __init__(self, gates: Mapping[str, bool], config: Mapping[str, Any] | None) -> None:
+        super().__init__(pre_queueing_hints=gates.get("SchedulerPreQueueingHints", True))
+        self.key = "usher"
+        self.label = "usher"
+        self.gates = dict(gates)
+        self.config = config
+
+    def usher_args(self, plane: ControlPlane) -> tuple[str, ...]:
+        path = plane.workdir / "usher-config.json"
+        path.write_text(json.dumps(scheduler_configuration(self.config, plane.kubeconfig), indent=2))
+        gates = gates_flag(self.gates)
+        return ("--config", str(path), *(("--feature-gates", gates) if gates else ()))
+
+
+class UpstreamKubeScheduler(KubeScheduler):
+    """kube-scheduler v1.37 on a scheduler_perf workload: the test case's configuration file and feature gates."""
+
+    scheduler_name = DEFAULT_SCHEDULER_NAME
+
+    def __init__(self, gates: Mapping[str, bool], config: Mapping[str, Any] | None) -> None:
+        super().__init__(pre_queueing_hints=gates.get("SchedulerPreQueueingHints", False))
+        self.key = "kube-scheduler"
+        self.label = "kube-scheduler"
+        self.gates = dict(gates)
+        self.config = config
+
+    def configuration(self) -> dict[str, Any]:
+        return scheduler_configuration(self.config, Path("unused"))
+
+    def gates_flag(self) -> str:
+        return gates_flag(self.gates)
+
+
+class UpstreamLimit(Limit):
+    """The bind limit on a scheduler_perf workload: every namespace, the nodes as they appear, any claim shape."""
+
+    scheduler_name = DEFAULT_SCHEDULER_NAME
+
+    async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
+        self.binder = ClusterLimitBinder(api, scheduler_name=self.scheduler_name)
+        await self.binder.start()
+
+
+def upstream_contenders(
+    usher_gates: Mapping[str, bool], kube_gates: Mapping[str, bool], config: Mapping[str, Any] | None
+) -> list[Contender]:
+    """usher, kube-scheduler and the bind limit, as they run a scheduler_perf workload."""
+    return [UpstreamUsher(usher_gates, config), UpstreamKubeScheduler(kube_gates, config), UpstreamLimit()]
 
 
 def all_contenders() -> list[Contender]:

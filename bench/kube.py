@@ -10,6 +10,7 @@ keep-alive connections with the control plane's admin certificate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
@@ -108,3 +109,13 @@ async def run_all(items: Iterable[T], action: Callable[[T], Awaitable[object]], 
     async with asyncio.TaskGroup() as group:
         for _ in range(concurrency):
             group.create_task(worker())
+
+
+async def cancel(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
+    """Cancel the tasks and wait until each has ended (the harness's watches and workers)."""
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

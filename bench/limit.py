@@ -13,19 +13,32 @@ scoring, queueing, events) costs zero here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from bench.kube import MERGE_PATCH, Api, ApiError
+from bench.kube import MERGE_PATCH, Api, ApiError, cancel
 from bench.workloads import DRIVER
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "bench-limit"
 FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+async def bind(api: Api, namespace: str, name: str, uid: str, node: str) -> None:
+    """``pods/binding``: the one write that places a pod."""
+    await api.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +87,7 @@ class LimitBinder:
         self._tasks += [asyncio.create_task(self._worker(), name=f"limit-bind-{i}") for i in range(self.concurrency)]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(self._tasks)
         self._tasks = []
 
     # ----------------------------------------------------------------- watches
@@ -155,16 +164,7 @@ class LimitBinder:
             try:
                 if job.claim is not None:
                     await self._allocate(job, node, device)
-                await self.api.request(
-                    "POST",
-                    f"/api/v1/namespaces/{self.namespace}/pods/{job.name}/binding",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Binding",
-                        "metadata": {"name": job.name, "uid": job.uid},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-                    },
-                )
+                await bind(self.api, self.namespace, job.name, job.uid, node)
                 self.bound += 1
             except ApiError as error:
                 logger.error("limit binder: %s", error)
@@ -188,3 +188,174 @@ class LimitBinder:
             }
         }
         await self.api.request("PATCH", path + "/status", status, content_type=MERGE_PATCH)
+
+
+# --------------------------------------------------------------------------- scheduler_perf workloads
+
+
+@dataclass(frozen=True, slots=True)
+class _PodJob:
+    namespace: str
+    name: str
+    uid: str
+    claims: tuple[str, ...]
+    """Names of the pod's ResourceClaims (in its namespace), direct or generated from templates."""
+
+
+class ClusterLimitBinder:
+    """The bind limit on scheduler_perf's workloads: every namespace, nodes as they appear, any claim shape.
+
+    scheduler_perf's workloads create pods in many namespaces, create nodes between pod
+    batches, and use claims of any request shape; this binder watches all of it. It still
+    decides nothing: the next node round-robin. For each claim of a pod it makes the writes a
+    scheduler makes, under a lock per claim: the delete-protection finalizer and an
+    allocation (one made-up device per requested device, on the chosen node) if the claim has
+    none, and the pod appended to ``reservedFor``; then ``pods/binding``. Preemption (deleting
+    victims) and status updates of pods it could not place are writes a scheduler makes and
+    this binder never does: on such workloads it is a ceiling, not a peer.
+    """
+
+    def __init__(self, api: Api, *, scheduler_name: str, concurrency: int = 32) -> None:
+        self.api = api
+        self.scheduler_name = scheduler_name
+        self.concurrency = concurrency
+        self.bound = 0
+        self.nodes: list[str] = []
+        self._node_set: set[str] = set()
+        self._nodes_ready = asyncio.Event()
+        self._next = 0
+        self._devices: dict[str, int] = {}
+        self._claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self._reserved: dict[tuple[str, str], list[dict[str, str]]] = {}
+        self._allocated: set[tuple[str, str]] = set()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._waiting: dict[tuple[str, str], list[_PodJob]] = {}
+        self._seen: set[tuple[str, str, str]] = set()
+        self._queue: asyncio.Queue[_PodJob] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        from bench.measure import list_and_watch
+
+        for path, see, name in (
+            ("/api/v1/nodes", self._see_node, "limit-nodes"),
+            ("/apis/resource.k8s.io/v1/resourceclaims", self._see_claim, "limit-claims"),
+            ("/api/v1/pods", self._see_pod, "limit-pods"),
+        ):
+            synced = asyncio.Event()
+            self._tasks.append(asyncio.create_task(list_and_watch(self.api, path, see, synced), name=name))
+            await synced.wait()
+        self._tasks += [asyncio.create_task(self._worker(), name=f"limit-bind-{i}") for i in range(self.concurrency)]
+
+    async def stop(self) -> None:
+        await cancel(self._tasks)
+        self._tasks = []
+
+    # ----------------------------------------------------------------- watches
+
+    def _see_node(self, kind: str, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            if name in self._node_set:
+                self._node_set.discard(name)
+                self.nodes.remove(name)
+        elif name not in self._node_set:
+            self._node_set.add(name)
+            self.nodes.append(name)
+            self._nodes_ready.set()
+
+    def _see_claim(self, kind: str, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if kind == "DELETED":
+            self._claims.pop(key, None)
+            self._reserved.pop(key, None)
+            self._allocated.discard(key)
+            return
+        self._claims[key] = claim
+        for job in self._waiting.pop(key, ()):
+            self._enqueue(job)
+
+    def _see_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec", {})
+        key = (meta["namespace"], meta["name"], meta["uid"])
+        if kind == "DELETED" or key in self._seen or spec.get("nodeName") or spec.get("schedulingGates"):
+            return
+        if spec.get("schedulerName", "default-scheduler") != self.scheduler_name:
+            return
+        recorded = pod.get("status", {}).get("resourceClaimStatuses") or []
+        statuses = {s.get("name"): s.get("resourceClaimName") for s in recorded}
+        claims: list[str] = []
+        for entry in spec.get("resourceClaims") or []:
+            name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+            if name is None:
+                if entry.get("resourceClaimTemplateName") and entry.get("name") not in statuses:
+                    return  # the controller has not made the claim yet: a later update names it
+                continue
+            claims.append(name)
+        self._seen.add(key)
+        self._enqueue(_PodJob(meta["namespace"], meta["name"], meta["uid"], tuple(claims)))
+
+    def _enqueue(self, job: _PodJob) -> None:
+        for claim in job.claims:
+            if (job.namespace, claim) not in self._claims:
+                self._waiting.setdefault((job.namespace, claim), []).append(job)
+                return
+        self._queue.put_nowait(job)
+
+    # ----------------------------------------------------------------- writes
+
+    async def _worker(self) -> None:
+        while True:
+            job = await self._queue.get()
+            await self._nodes_ready.wait()
+            node = self.nodes[self._next % len(self.nodes)]
+            self._next += 1
+            try:
+                for claim in job.claims:
+                    await self._reserve(job, claim, node)
+                await bind(self.api, job.namespace, job.name, job.uid, node)
+                self.bound += 1
+            except ApiError as error:
+                logger.error("limit binder: %s", error)
+
+    async def _reserve(self, job: _PodJob, claim_name: str, node: str) -> None:
+        key = (job.namespace, claim_name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            claim = self._claims.get(key)
+            if claim is None:
+                raise ApiError(404, "RESERVE", f"{job.namespace}/{claim_name}", "the claim is gone")
+            status = claim.get("status") or {}
+            path = f"/apis/resource.k8s.io/v1/namespaces/{job.namespace}/resourceclaims/{claim_name}"
+            reserved = self._reserved.get(key, list(status.get("reservedFor") or []))
+            reserved = [*reserved, {"resource": "pods", "name": job.name, "uid": job.uid}]
+            body: dict[str, Any] = {"status": {"reservedFor": reserved}}
+            if not status.get("allocation") and key not in self._allocated:
+                finalizers = list(claim["metadata"].get("finalizers") or [])
+                if FINALIZER not in finalizers:
+                    patch = {"metadata": {"finalizers": [*finalizers, FINALIZER]}}
+                    await self.api.request("PATCH", path, patch, content_type=MERGE_PATCH)
+                body["status"]["allocation"] = self._allocation(claim, node)
+                self._allocated.add(key)
+            await self.api.request("PATCH", path + "/status", body, content_type=MERGE_PATCH)
+            self._reserved[key] = reserved
+
+    def _allocation(self, claim: dict[str, Any], node: str) -> dict[str, Any]:
+        """One made-up device of ``node`` per device the claim requests (the first alternative of a list)."""
+        results = []
+        for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or []:
+            name, exact = request["name"], request.get("exactly") or {}
+            if request.get("firstAvailable"):
+                exact = request["firstAvailable"][0]
+                name = f"{name}/{exact['name']}"
+            count = 1 if exact.get("allocationMode") == "All" else int(exact.get("count", 1))
+            for _ in range(count):
+                device = self._devices.get(node, 0)
+                self._devices[node] = device + 1
+                results.append({"request": name, "driver": DRIVER, "pool": node, "device": f"dev-{device}"})
+        return {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }

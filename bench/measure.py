@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.kube import Api, ApiError
+from bench.kube import Api, ApiError, cancel
 from bench.workloads import PHASE_LABEL
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,129 @@ def throughput_stats(samples: list[tuple[float, int]], total: int, elapsed: floa
     }
 
 
+async def list_and_watch(
+    api: Api,
+    path: str,
+    on_event: Callable[[str, dict[str, Any]], None],
+    synced: asyncio.Event,
+    on_list: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> None:
+    """List ``path``, then watch it from the list's resourceVersion, forever; list again when the watch ends.
+
+    Every listed item is passed to ``on_event`` as "ADDED" (``on_list`` gets the whole
+    listing first, so a caller can forget what disappeared meanwhile), every watch event
+    with its type. ``synced`` is set after the first listing.
+    """
+    while True:
+        listing = await api.request("GET", path)
+        if on_list is not None:
+            on_list(listing["items"])
+        for item in listing["items"]:
+            on_event("ADDED", item)
+        synced.set()
+        version = listing["metadata"]["resourceVersion"]
+        try:
+            async for event in api.watch(path, version):
+                kind = event.get("type")
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "ERROR":
+                    break  # e.g. 410 Gone: list again
+                on_event(str(kind), event["object"])
+        except (ApiError, OSError, TimeoutError) as error:
+            logger.warning("watch of %s ended (%s); listing again", path, error)
+
+
+def scheduling_throughput(ticks: list[tuple[float, int]]) -> dict[str, Any]:
+    """scheduler_perf's SchedulingThroughput from the collector's 1 s ticks ``(t, pods scheduled since start)``.
+
+    As its throughputCollector: ticks before the first scheduled pod are ignored and the
+    first tick with pods only starts the clock; a tick that saw no new pod is skipped and the
+    next rate (pods over the whole span) is recorded once per skipped tick too, so
+    percentiles stay time-weighted. Average and nearest-rank Perc50/90/95/99 of the rates;
+    empty (``samples_used`` 0, no statistics) when the phase took under about two seconds.
+    """
+    rates: list[float] = []
+    started = False
+    skipped = 0
+    last_count = 0
+    last_time = 0.0
+    for t, scheduled in ticks:
+        if scheduled == 0:
+            continue
+        if not started:
+            started, last_count, last_time = True, scheduled, t
+            continue
+        new = scheduled - last_count
+        if new == 0:
+            skipped += 1
+            continue
+        rates.extend([new / (t - last_time)] * (skipped + 1))
+        last_count, last_time, skipped = scheduled, t, 0
+    ordered = sorted(rates)
+    out: dict[str, Any] = {"samples_used": len(rates), "rates": [round(r, 2) for r in rates]}
+    if rates:
+        out["average"] = sum(rates) / len(rates)
+        for name, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+            out[name] = percentile(ordered, q)
+    return out
+
+
+class CpuMeter:
+    """CPU seconds of named processes, the harness and the whole machine between `start` and `stop`.
+
+    ``other_cpu_s`` is what the machine spent on anything else (another user's work): noise.
+    """
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid}
+        self._before: dict[str, float] = {}
+        self._machine = 0.0
+        self._harness = 0.0
+
+    def start(self) -> None:
+        self._before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._machine = busy_cpu_seconds()
+        self._harness = time.process_time()
+
+    def stop(self) -> dict[str, float]:
+        """``<name>_cpu_s`` per process, ``harness_cpu_s`` and ``other_cpu_s``."""
+        out = {f"{name}_cpu_s": round(cpu_seconds(pid) - self._before[name], 2) for name, pid in self.pids.items()}
+        out["harness_cpu_s"] = round(time.process_time() - self._harness, 2)
+        known = sum(out.values())
+        out["other_cpu_s"] = round(max(0.0, busy_cpu_seconds() - self._machine - known), 2)
+        return out
+
+
+async def wait_until(
+    changed: asyncio.Event,
+    condition: Callable[[], bool],
+    seconds: float,
+    what: str,
+    check: Callable[[], None] | None = None,
+    *,
+    settle: float = 0.0,
+) -> None:
+    """Wait until ``condition`` holds, re-checking whenever ``changed`` is set (and at least every second).
+
+    ``check`` runs at every re-check and may raise (the scheduler died): fail at once, not at
+    the timeout. ``settle`` waits that long after a change before re-checking, so a burst of
+    changes costs one check. TimeoutError names ``what``.
+    """
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if check is not None:
+            check()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"timed out after {seconds:g} s waiting for {what}")
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), min(1.0, remaining))
+        if settle:
+            await asyncio.sleep(min(settle, max(0.0, deadline - time.monotonic())))
+
+
 @dataclass
 class PodWatcher:
     """Watches every pod of one namespace and remembers when each first had a nodeName.
@@ -137,10 +260,7 @@ class PodWatcher:
         await self._synced.wait()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel([self._task])
 
     def _see(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -154,23 +274,9 @@ class PodWatcher:
             self._changed.set()
 
     async def _run(self) -> None:
-        path = f"/api/v1/namespaces/{self.namespace}/pods"
-        while True:
-            listing = await self.api.request("GET", path)
-            for item in listing["items"]:
-                self._see(item)
-            self._synced.set()
-            version = listing["metadata"]["resourceVersion"]
-            try:
-                async for event in self.api.watch(path, version):
-                    kind = event.get("type")
-                    if kind == "BOOKMARK":
-                        continue
-                    if kind == "ERROR":
-                        break  # e.g. 410 Gone: list again
-                    self._see(event["object"])
-            except (ApiError, OSError, TimeoutError) as error:
-                logger.warning("pod watch ended (%s); listing again", error)
+        await list_and_watch(
+            self.api, f"/api/v1/namespaces/{self.namespace}/pods", lambda _kind, pod: self._see(pod), self._synced
+        )
 
     def bound(self, phase: str) -> int:
         return self.bound_by_phase.get(phase, 0)
@@ -182,16 +288,7 @@ class PodWatcher:
 
         ``check`` runs at every re-check and may raise (the scheduler died): fail at once, not at the timeout.
         """
-        deadline = time.monotonic() + seconds
-        while not condition():
-            if check is not None:
-                check()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"timed out after {seconds:g} s waiting for {what}")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(1.0, remaining))
+        await wait_until(self._changed, condition, seconds, what, check)
 
 
 class Sampler:

@@ -240,10 +240,201 @@ def targets(docs: list[dict[str, Any]]) -> list[str]:
 NOTES = REPO / "bench" / "NOTES.md"
 
 
-def markdown(docs: list[dict[str, Any]], notes: Path | None = NOTES) -> str:
-    """RESULTS.md; ``notes`` (hand-written profile analysis, stamped with its commit) is appended."""
+# --------------------------------------------------------------------------- scheduler_perf's workloads
+
+UPSTREAM_DIR = "upstream"
+UPSTREAM_CHART = "upstream.png"
+UPSTREAM_CONTENDERS = ("usher", "kube-scheduler", "limit")
+
+
+def load_upstream(results: Path) -> list[dict[str, Any]]:
+    """Every upstream test case's document (``results/upstream/*.json``), by file and test case name."""
+    docs = [json.loads(p.read_text()) for p in sorted((results / UPSTREAM_DIR).glob("*.json"))]
+    return sorted(docs, key=lambda d: (d["group"], d["test_case"]))
+
+
+def _stat(summary: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    value = (summary or {}).get(key)
+    return value if isinstance(value, dict) else None
+
+
+def upstream_rate(doc: dict[str, Any], key: str) -> tuple[float | None, str]:
+    """A contender's median pods/s and which number it is.
+
+    scheduler_perf's SchedulingThroughput average ("average") when every completed run had
+    at least one 1 s sample after the first; otherwise pods over the phase's seconds ("overall").
+    """
+    summary = doc.get("summary", {}).get(key)
+    average = _stat(summary, "average")
+    if average is not None and summary is not None and average["n"] == summary["completed"]:
+        return float(average["median"]), "average"
+    overall = _stat(summary, "overall")
+    return (float(overall["median"]), "overall") if overall is not None else (None, "")
+
+
+def _spread(stat: dict[str, Any] | None, digits: int = 0) -> str:
+    """``median (min-max)``, or the median alone when there is one value."""
+    if stat is None:
+        return "n/a"
+    if stat["n"] == 1 or stat["min"] == stat["max"]:
+        return _num(stat["median"], digits)
+    return f"{_num(stat['median'], digits)} ({_num(stat['min'], digits)}-{_num(stat['max'], digits)})"
+
+
+def _rate_cell(doc: dict[str, Any], key: str) -> str:
+    summary = doc.get("summary", {}).get(key)
+    _, kind = upstream_rate(doc, key)
+    if not kind:
+        return _failures(doc, key) or "n/a"
+    text = _spread(_stat(summary, kind))
+    return (text if kind == "average" else f"{text}†") + _failures(doc, key, prefix=" ")
+
+
+def _failures(doc: dict[str, Any], key: str, prefix: str = "") -> str:
+    runs = doc.get("runs", {}).get(key) or []
+    failed = [r for r in runs if r.get("status") != "ok"]
+    if not failed:
+        return ""
+    return f"{prefix}({len(failed)}/{len(runs)} {failed[0]['status']}: {_cell(failed[0].get('error', ''))[:60]})"
+
+
+def upstream_ratio(doc: dict[str, Any], metric: str) -> float | None:
+    """usher/kube-scheduler: of median pods/s (the same kind of number for both), or of CPU per pod."""
+    if metric == "rate":
+        usher, usher_kind = upstream_rate(doc, "usher")
+        kube, kube_kind = upstream_rate(doc, "kube-scheduler")
+        if usher_kind != kube_kind:  # compare like with like: both over the phase's seconds
+            usher = (_stat(doc["summary"].get("usher"), "overall") or {}).get("median")
+            kube = (_stat(doc["summary"].get("kube-scheduler"), "overall") or {}).get("median")
+    else:
+        usher = (_stat(doc.get("summary", {}).get("usher"), "cpu_s_per_1000_pods") or {}).get("median")
+        kube = (_stat(doc.get("summary", {}).get("kube-scheduler"), "cpu_s_per_1000_pods") or {}).get("median")
+    if usher is None or kube is None or kube <= 0:
+        return None
+    return float(usher) / float(kube)
+
+
+def _attempts(doc: dict[str, Any], key: str) -> str:
+    summary = doc.get("summary", {}).get(key)
+    p50, p99 = _stat(summary, "attempt_p50_ms"), _stat(summary, "attempt_p99_ms")
+    if p50 is None or p99 is None:
+        return "n/a"
+    return f"{_num(p50['median'], 1)} / {_num(p99['median'], 1)}"
+
+
+def upstream_table(docs: list[dict[str, Any]]) -> list[str]:
+    """One row per upstream test case: run (with medians, spreads and ratios) or why not."""
+    lines = [
+        "| test case | workload | status | usher pods/s | kube-scheduler pods/s | bind limit pods/s "
+        "| usher/kube pods/s | CPU s/1000 pods usher / kube | usher/kube CPU per pod | peak RSS MiB usher / kube "
+        "| attempt p50 / p99 ms usher | kube-scheduler |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for doc in docs:
+        w = doc["workload"]
+        name = f"{doc['test_case']} ({doc['group']})"
+        workload = f"{w['name']}{' (stand-in)' if w.get('stand_in') else ''}: {w.get('size', '')}"
+        if doc["status"] != "ok":
+            lines.append(f"| {name} | {_cell(workload)} | {_cell(doc['status'])} |" + " |" * 9)
+            continue
+        summary = doc.get("summary", {})
+        cpu = " / ".join(_spread(_stat(summary.get(k), "cpu_s_per_1000_pods"), 2) for k in ("usher", "kube-scheduler"))
+        rss = " / ".join(_spread(_stat(summary.get(k), "peak_rss_mib")) for k in ("usher", "kube-scheduler"))
+        rate_ratio, cpu_ratio = upstream_ratio(doc, "rate"), upstream_ratio(doc, "cpu")
+        lines.append(
+            f"| {name} | {_cell(workload)} | ok | {_rate_cell(doc, 'usher')} | {_rate_cell(doc, 'kube-scheduler')} "
+            f"| {_rate_cell(doc, 'limit')} | {_ratio(rate_ratio, 1.0)} | {cpu} | {_ratio(cpu_ratio, 1.0)} | {rss} "
+            f"| {_attempts(doc, 'usher')} | {_attempts(doc, 'kube-scheduler')} |"
+        )
+    return lines
+
+
+def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
     if not docs:
+        return []
+    ran = [d for d in docs if d["status"] == "ok"]
+    counts: dict[str, int] = {}
+    for doc in docs:
+        kind = doc["status"].split(":", 1)[0] if doc["status"] != "ok" else "run"
+        counts[kind] = counts.get(kind, 0) + 1
+    repetitions = max((d.get("repetitions", 1) for d in ran), default=0)
+    smoke = any(d.get("smoke") for d in docs)
+    return [
+        "## scheduler_perf's workloads",
+        "",
+        f"kube-scheduler's own benchmark definitions (`test/integration/scheduler_perf/**/performance-config.yaml` "
+        f"of the pinned Kubernetes module), executed unchanged by `bench/executor.py`; which workload of each test "
+        f"case runs and why the others do not: [README.md](README.md#scheduler_perfs-workloads). "
+        f"{len(docs)} test cases: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ". "
+        f"Each contender ran {repetitions} time(s) per workload, interleaved, each run on a fresh control plane."
+        + (" **Smoke-test sizes: the numbers mean nothing.**" if smoke else ""),
+        "",
+        "- pods/s: median over the runs (min-max) of scheduler_perf's SchedulingThroughput average (1 s samples "
+        "during the measured op, the first dropped); † marks pods / seconds of the phase where a run had no "
+        "sample left (a phase under about 2 s). usher/kube compares like with like.",
+        "- CPU s/1000 pods: the scheduler's CPU seconds during the measured op per 1000 pods it scheduled "
+        "(machine-independent); peak RSS: the scheduler's VmHWM over the whole run.",
+        '- attempt p50 / p99: `scheduler_scheduling_attempt_duration_seconds{result="scheduled"}` observed during '
+        "the measured op, from each scheduler's /metrics (Prometheus bucket interpolation), median over the runs.",
+        "- The bind limit makes only the writes a scheduler must make (bindings, claim allocations); it never "
+        "preempts, so on preemption workloads it is a ceiling, not a peer.",
+        f"- Chart: [{UPSTREAM_CHART}]({UPSTREAM_CHART}) (usher/kube-scheduler ratios per workload).",
+        "",
+        *upstream_table(docs),
+        "",
+    ]
+
+
+def upstream_chart(docs: list[dict[str, Any]], path: Path) -> None:
+    """usher/kube-scheduler ratios (pods/s and CPU per pod) per upstream workload that ran, as bars."""
+    rows = [(d["test_case"], upstream_ratio(d, "rate"), upstream_ratio(d, "cpu")) for d in docs if d["status"] == "ok"]
+    rows = [r for r in rows if r[1] is not None or r[2] is not None]
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.5))
+    positions = list(range(len(rows)))
+    ax.barh([p + 0.2 for p in positions], [r[1] or 0 for r in rows], 0.4, label="pods/s (higher: usher faster)")
+    ax.barh([p - 0.2 for p in positions], [r[2] or 0 for r in rows], 0.4, label="CPU per pod (lower: usher cheaper)")
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks(positions, [r[0] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("usher / kube-scheduler (medians)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def markdown(
+    docs: list[dict[str, Any]], notes: Path | None = NOTES, upstream: list[dict[str, Any]] | None = None
+) -> str:
+    """RESULTS.md; ``notes`` (hand-written profile analysis, stamped with its commit) is appended."""
+    upstream = upstream or []
+    if not docs and not upstream:
         return "# Benchmark results\n\nNo results yet: run `make bench`.\n"
+    if not docs:
+        m = upstream[0]["machine"]
+        dates = [d["date"] for d in upstream]
+        out = [
+            "# Benchmark results",
+            "",
+            "Generated by `make bench` (regenerate this file from `results/` with `python -m bench.report`); "
+            "how to run: [README.md](README.md).",
+            "",
+            f"- Date: {min(dates)} to {max(dates)} (UTC)",
+            f"- Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
+            f"Python {m['python']}; usher at `{m['usher_commit']}`",
+            "",
+            *upstream_section(upstream),
+        ]
+        return "\n".join(out)
     first = docs[0]
     m = first["machine"]
     smoke = any(d.get("smoke") for d in docs)
@@ -298,6 +489,7 @@ def markdown(docs: list[dict[str, Any]], notes: Path | None = NOTES) -> str:
                     "",
                 ]
             out += [*phase_table(doc, phase), ""]
+    out += upstream_section(upstream)
     if notes is not None and notes.is_file():
         out += [notes.read_text().strip(), ""]
     return "\n".join(out)
@@ -357,10 +549,15 @@ def chart(docs: list[dict[str, Any]], path: Path) -> None:
 
 
 def write(results: Path, md: Path, chart_path: Path) -> None:
-    """Write RESULTS.md and the chart from every JSON document in ``results``."""
+    """Write RESULTS.md and the charts from every JSON document in ``results`` (and ``results/upstream``).
+
+    The upstream chart goes beside the hand-written one, as ``upstream.png``.
+    """
     docs = load(results)
-    md.write_text(markdown(docs))
+    upstream = load_upstream(results)
+    md.write_text(markdown(docs, upstream=upstream))
     chart(docs, chart_path)
+    upstream_chart(upstream, chart_path.parent / UPSTREAM_CHART)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """Run the benchmark: every workload against every contender, one fresh control plane per run.
 
-    python -m bench.runner                      # the full benchmark (make bench)
+    python -m bench.runner                      # the full benchmark (make bench): hand-written and upstream
     python -m bench.runner --smoke              # tiny sizes, numbers only (make bench-smoke)
     python -m bench.runner -w ClaimBurst_500 -c usher-pqh-on -c kube-scheduler-pqh-on --profile
+    python -m bench.runner -u SchedulingBasic   # one of scheduler_perf's own test cases (bench/upstream.py)
+    python -m bench.runner --list-upstream      # which upstream workload runs for each test case, or why none
 
 Why a fresh control plane per (workload, contender): a scheduler sees every
 node and pod of the cluster, so runs sharing an API server would share (and
@@ -29,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import report
 from bench.contenders import Contender, by_key
@@ -37,14 +39,16 @@ from bench.kube import MERGE_PATCH, Api, run_all
 from bench.limit import SCHEDULER_NAME as LIMIT_SCHEDULER_NAME
 from bench.limit import LimitBinder
 from bench.measure import (
+    CpuMeter,
     PodWatcher,
     Sampler,
-    busy_cpu_seconds,
     cpu_seconds,
     peak_rss_mib,
     percentile,
     throughput_stats,
 )
+from bench.perfconfig import MAX_NODES as UPSTREAM_MAX_NODES
+from bench.perfconfig import MAX_PODS as UPSTREAM_MAX_PODS
 from bench.workloads import (
     CLASS_NAME,
     HIGH_PRIORITY,
@@ -66,6 +70,9 @@ from bench.workloads import (
     priority_class,
 )
 from e2e.controlplane import ControlPlane, start
+
+if TYPE_CHECKING:  # bench.upstream imports this module: imported where used
+    from bench import upstream as upstream_module
 
 logger = logging.getLogger("bench")
 
@@ -92,6 +99,23 @@ SMOKE_NODES = 10
 SMOKE_PODS = 20
 
 
+def run_header(contender: Contender) -> dict[str, Any]:
+    """The fields every run's result starts with (``status`` becomes "error" or "timeout" when it fails)."""
+    return {"contender": contender.key, "label": contender.label, "family": contender.family, "status": "ok"}
+
+
+def component_pids(plane: ControlPlane, *, kcm: bool, scheduler: int | None) -> dict[str, int | None]:
+    """The processes whose CPU a measured phase reports, by the names of its ``<name>_cpu_s`` keys."""
+    pids: dict[str, int | None] = {
+        "apiserver": plane.component("kube-apiserver").process.pid,
+        "etcd": plane.component("etcd").process.pid,
+    }
+    if kcm:
+        pids["kcm"] = plane.component("kube-controller-manager").process.pid
+    pids["scheduler"] = scheduler
+    return pids
+
+
 def phase_timeout(pods: int) -> float:
     """How long one phase may take before the run is recorded as timed out (never a pass/fail timing)."""
     return 120.0 + 0.5 * pods
@@ -108,13 +132,7 @@ class Run:
         self.contender = contender
         self.workdir = workdir
         self.profile_dir = profile_dir
-        self.result: dict[str, Any] = {
-            "contender": contender.key,
-            "label": contender.label,
-            "family": contender.family,
-            "pre_queueing_hints": contender.pre_queueing_hints,
-            "status": "ok",
-        }
+        self.result: dict[str, Any] = {**run_header(contender), "pre_queueing_hints": contender.pre_queueing_hints}
         self.nodes = [node_name(i) for i in range(workload.nodes)]
         self.api: Api  # set once the control plane is up
 
@@ -265,13 +283,9 @@ class Run:
         """Run ``action`` (which creates or releases ``count`` pods of ``phase``) and measure their binding."""
         c = self.contender
         pid = c.pid
-        names = ["kube-apiserver", "etcd"] + (["kube-controller-manager"] if self.workload.needs_kcm else [])
-        components = {name: plane.component(name).process.pid for name in names}
-        before_cpu = {name: cpu_seconds(p) for name, p in components.items()}
-        machine_before = busy_cpu_seconds()
-        scheduler_before = cpu_seconds(pid) if pid else 0.0
+        meter = CpuMeter(component_pids(plane, kcm=self.workload.needs_kcm, scheduler=pid))
         metrics_before = await c.metrics() or {}
-        harness_before = time.process_time()
+        meter.start()
         base = watcher.bound(phase)
         sampler = Sampler(lambda: watcher.bound(phase) - base)
         profiler = self._start_profiler(pid, profile_name)
@@ -300,19 +314,9 @@ class Run:
             "elapsed_s": round(elapsed, 3),
             **throughput_stats(sampler.samples, bound, elapsed),
             "samples": [[round(t, 3), n] for t, n in sampler.samples],
-            "apiserver_cpu_s": round(cpu_seconds(components["kube-apiserver"]) - before_cpu["kube-apiserver"], 2),
-            "etcd_cpu_s": round(cpu_seconds(components["etcd"]) - before_cpu["etcd"], 2),
-            "harness_cpu_s": round(time.process_time() - harness_before, 2),
+            # CPU of the scheduler, kube-apiserver, etcd (and kcm), the harness, and anything else (noise).
+            **meter.stop(),
         }
-        if "kube-controller-manager" in components:
-            kcm = components["kube-controller-manager"]
-            out["kcm_cpu_s"] = round(cpu_seconds(kcm) - before_cpu["kube-controller-manager"], 2)
-        if pid:
-            out["scheduler_cpu_s"] = round(cpu_seconds(pid) - scheduler_before, 2)
-        known = sum(out.get(k, 0.0) for k in ("apiserver_cpu_s", "etcd_cpu_s", "harness_cpu_s", "kcm_cpu_s"))
-        known += out.get("scheduler_cpu_s", 0.0)
-        # CPU the machine spent on anything else (other users' work, py-spy): noise in this row.
-        out["other_cpu_s"] = round(max(0.0, busy_cpu_seconds() - machine_before - known), 2)
         if pid:
             # kube-scheduler flushes its metrics asynchronously, once a second.
             await asyncio.sleep(METRICS_FLUSH_SECONDS)
@@ -498,21 +502,60 @@ async def run_workload(
     }
 
 
+def suites(args: argparse.Namespace) -> tuple[bool, bool]:
+    """(run the hand-written workloads, run scheduler_perf's): ``-w``/``-u`` pick, otherwise ``--suite``."""
+    if args.workload or args.upstream:
+        return bool(args.workload), bool(args.upstream)
+    return args.suite in {"all", "hand-written"}, args.suite in {"all", "upstream"}
+
+
+def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
+    """The scheduler_perf suite's options from the command line (smoke: one run each, planes started ahead)."""
+    from bench import upstream
+
+    keys = [k for k in args.contender or [] if k in upstream.CONTENDER_KEYS]
+    return upstream.Options(
+        smoke=bool(args.smoke),
+        repetitions=args.repetitions if args.repetitions is not None else (1 if args.smoke else upstream.REPETITIONS),
+        contenders=keys if args.contender else upstream.CONTENDER_KEYS,
+        max_nodes=args.upstream_max_nodes,
+        max_pods=args.upstream_max_pods,
+        keep=bool(args.keep),
+        names=args.upstream or [],
+        prestart=bool(args.smoke),
+    )
+
+
 async def main_async(args: argparse.Namespace) -> int:
-    workloads = by_name(args.workload)
-    if args.smoke:
-        workloads = [w.scaled(nodes=SMOKE_NODES, pods=SMOKE_PODS) for w in workloads]
-    contenders = by_key(args.contender)
+    from bench import upstream
+
+    if args.list_upstream:
+        print(upstream.table(upstream_options(args)))
+        return 0
+    hand_written, upstream_suite = suites(args)
+    known = {c.key for c in by_key(None)} | set(upstream.CONTENDER_KEYS)
+    unknown = sorted(set(args.contender or []) - known)
+    if unknown:
+        raise ValueError(f"unknown contender(s) {unknown}; choose from {sorted(known)}")
+    hand_keys = [k for k in args.contender or [] if k not in upstream.CONTENDER_KEYS]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = Path(args.workdir or tempfile.mkdtemp(prefix="usher-bench-"))
     profile_dir = out / "profiles" if args.profile else None
     failed = 0
-    for workload in workloads:
-        document = await run_workload(workload, contenders, base, profile_dir, args.keep)
-        document["smoke"] = bool(args.smoke)
-        (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")
-        failed += sum(1 for r in document["runs"].values() if r["status"] != "ok")
+    if hand_written and (hand_keys or not args.contender):
+        workloads = by_name(args.workload)
+        if args.smoke:
+            workloads = [w.scaled(nodes=SMOKE_NODES, pods=SMOKE_PODS) for w in workloads]
+        contenders = by_key(hand_keys or None)
+        for workload in workloads:
+            document = await run_workload(workload, contenders, base, profile_dir, args.keep)
+            document["smoke"] = bool(args.smoke)
+            (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")
+            failed += sum(1 for r in document["runs"].values() if r["status"] != "ok")
+    options = upstream_options(args)
+    if upstream_suite and options.contenders:
+        failed += await upstream.run_all(options, out / upstream.RESULTS_DIRNAME, base)
     if args.report:
         report.write(out, Path(args.report_md), Path(args.chart))
     if not args.keep and failed == 0:
@@ -533,6 +576,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="py-spy usher's measured phases into OUT/profiles/")
     parser.add_argument("--workdir", help="where control planes live (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep every run's work directory (logs)")
+    upstream = parser.add_argument_group(
+        "scheduler_perf's workloads (performance-config.yaml of the pinned Kubernetes module; bench/README.md)"
+    )
+    upstream.add_argument(
+        "--suite",
+        choices=("all", "hand-written", "upstream"),
+        default="all",
+        help="which workloads when no -w/-u names them (default: all)",
+    )
+    upstream.add_argument(
+        "-u",
+        "--upstream",
+        action="append",
+        metavar="TESTCASE[/WORKLOAD]",
+        help="run only this upstream test case (its chosen workload, or the one named); repeatable",
+    )
+    upstream.add_argument(
+        "--repetitions", type=int, help="runs per contender and upstream workload, interleaved (default 3; smoke 1)"
+    )
+    upstream.add_argument(
+        "--upstream-max-nodes", type=int, default=UPSTREAM_MAX_NODES, help="largest workload run: nodes (%(default)s)"
+    )
+    upstream.add_argument(
+        "--upstream-max-pods", type=int, default=UPSTREAM_MAX_PODS, help="largest workload run: pods (%(default)s)"
+    )
+    upstream.add_argument(
+        "--list-upstream", action="store_true", help="print every upstream test case, its workload or why none; exit"
+    )
     return parser.parse_args(argv)
 
 

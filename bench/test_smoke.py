@@ -1,9 +1,11 @@
 """The benchmark's smoke test (``make bench-smoke``, and part of ``make test``): every workload at tiny sizes.
 
-Why: the full benchmark takes most of half an hour, so CI cannot run it;
-this proves every workload still completes against usher, kube-scheduler
-and the bind limit and that every number the report needs is produced. It
-asserts no timing at all: on a shared CI machine a timing would be noise.
+Why: the full benchmark takes most of an hour, so CI cannot run it; this
+proves every workload (the hand-written ones, and every scheduler_perf
+workload the benchmark runs, at its smallest size) still completes against
+usher, kube-scheduler and the bind limit and that every number the report
+needs is produced. It asserts no timing at all: on a shared CI machine a
+timing would be noise.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench import report, runner
+from bench import report, runner, upstream
 from bench.workloads import WORKLOADS
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +48,7 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
     out = tmp_path / "results"
     args = runner.parse_args(
         [
-            *("--smoke", "--out", str(out), "--workdir", str(tmp_path / "planes")),
+            *("--smoke", "--suite", "hand-written", "--out", str(out), "--workdir", str(tmp_path / "planes")),
             *("--report", "--report-md", str(tmp_path / "RESULTS.md"), "--chart", str(tmp_path / "throughput.png")),
         ]
     )
@@ -84,6 +86,73 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
     assert "| usher (PreQueueingHints on) |" in markdown and "usher >= 0.7x the bind limit" in markdown
     assert (tmp_path / "throughput.png").stat().st_size > 10_000
     assert report.load(out), "the report reads back what the runner wrote"
+
+
+#: The numbers of each run's measured op the report needs (scheduler_perf's statistics need 2 s of samples).
+UPSTREAM_PHASE_NUMBERS = ("scheduled", "elapsed_s", "overall", "apiserver_cpu_s", "etcd_cpu_s", "harness_cpu_s")
+NOT_RUN = ("unsupported: ", "usher refuses: ", "usher lacks: ", "left out: ")
+
+
+@pytest.mark.timeout(1800)
+async def test_every_supported_upstream_workload_runs_at_its_smallest_size_and_produces_numbers(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    args = runner.parse_args(
+        [
+            *("--smoke", "--suite", "upstream", "--out", str(out), "--workdir", str(tmp_path / "planes")),
+            *("--report", "--report-md", str(tmp_path / "RESULTS.md"), "--chart", str(tmp_path / "throughput.png")),
+        ]
+    )
+    failed = await runner.main_async(args)
+
+    documents = {p.stem: json.loads(p.read_text()) for p in (out / upstream.RESULTS_DIRNAME).glob("*.json")}
+    selections = upstream.selections(upstream.Options(smoke=True))
+    assert set(documents) == {s.key for s in selections}, "a document for every upstream test case"
+    expected = {s.key for s in selections if upstream.setup(s, smoke=True).status == "ok"}
+    ran = {name: doc for name, doc in documents.items() if doc["status"] == "ok"}
+    assert set(ran) == expected and len(ran) >= 20
+    for name, doc in documents.items():
+        assert doc["status"] == "ok" or doc["status"].startswith(NOT_RUN), (name, doc["status"])
+    errors = {
+        f"{name}/{key}": run.get("error")
+        for name, doc in ran.items()
+        for key, runs in doc["runs"].items()
+        for run in runs
+        if run["status"] != "ok"
+    }
+    assert failed == 0 and not errors, errors
+    for name, doc in ran.items():
+        assert doc["smoke"] is True and doc["workload"]["name"] in {w.name for w in _smallest(name)}
+        assert set(doc["runs"]) == set(upstream.CONTENDER_KEYS), name
+        for key, (run,) in doc["runs"].items():
+            where = f"{name}/{key}"
+            (phase,) = run["phases"]
+            for number in UPSTREAM_PHASE_NUMBERS:
+                assert _number(phase[number]), f"{where}: {number} = {phase.get(number)!r}"
+            assert phase["scheduled"] > 0 and phase["overall"] > 0, where
+            assert phase["samples"][-1][1] == phase["scheduled"], where
+            if key == "limit":
+                assert "scheduler_cpu_s" not in phase and "scheduler" not in run, where
+                continue
+            assert _number(phase["scheduler_cpu_s"]), where
+            assert run["scheduler"]["peak_rss_mib"] > 0, where
+            attempts = phase["attempt_duration_ms"]["scheduled"]
+            assert attempts["count"] > 0 and _number(attempts["p50"]) and _number(attempts["p99"]), (where, attempts)
+            summary = doc["summary"][key]
+            for number in ("overall", "cpu_s_per_1000_pods", "peak_rss_mib", "attempt_p50_ms", "attempt_p99_ms"):
+                assert summary[number] is not None and _number(summary[number]["median"]), (where, number)
+
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    assert "## scheduler_perf's workloads" in markdown
+    for name, doc in documents.items():
+        assert f"| {name} ({doc['group']}) |" in markdown
+    assert report.upstream_ratio(next(iter(ran.values())), "cpu") is not None
+    assert (tmp_path / report.UPSTREAM_CHART).stat().st_size > 5_000
+
+
+def _smallest(test_case: str) -> tuple[Any, ...]:
+    """The equally small workloads of a test case (the smoke test runs one of them)."""
+    (selection,) = upstream.selections(upstream.Options(smoke=True, names=[test_case]))
+    return selection.smallest
 
 
 def test_the_cycle_micro_benchmark_places_every_pod_within_capacity() -> None:

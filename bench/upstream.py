@@ -1,0 +1,587 @@
+"""scheduler_perf's own workloads against usher, kube-scheduler and the bind limit, each run repeatedly.
+
+For every upstream test case `bench.perfconfig.select` picks a workload (or
+says why none); this module runs it, ``repetitions`` times per contender in
+interleaved order (round r runs the contenders rotated by r, so drift over a
+long benchmark hits every contender alike), each run on a fresh control
+plane, and writes one JSON document per test case into ``results/upstream/``
+(also for test cases it does not run, with the reason, so the report lists
+every upstream test case).
+
+Both schedulers get the test case's configuration: its scheduler config file
+(or a default profile), with the client connection and no leader election
+added, and its feature gates merged with the workload's. kube-scheduler and
+the control plane (kube-apiserver, kube-controller-manager) get every gate, as
+scheduler_perf sets them process-wide. usher gets the gates it knows; a gate
+it does not know but whose value is kube-scheduler's default is dropped (and
+listed); any other gate, or a configuration usher's parser refuses, makes the
+test case "usher refuses: ..." and it is not run.
+
+The API server runs as scheduler_perf starts it: no inflight limits, no
+priority and fairness, the ServiceAccount, TaintNodesByCondition and
+Priority admission plugins off (its pod templates set ``priority`` directly
+and its nodes have no not-ready taint to lift), and the resource.k8s.io and
+scheduling.k8s.io/v1beta1 APIs enabled when DRA or GenericWorkload is. The
+controller manager runs (garbage collector and resourceclaim controller,
+client QPS 5000) only for DRA or GenericWorkload test cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import perfconfig
+from bench.contenders import (
+    ATTEMPT_DURATION,
+    Contender,
+    gates_flag,
+    histogram,
+    histogram_delta,
+    histogram_quantile,
+    scheduler_configuration,
+    upstream_contenders,
+)
+from bench.executor import ClusterPods, Executor
+from bench.kube import Api
+from bench.measure import CpuMeter, cpu_seconds, peak_rss_mib
+from bench.perfconfig import Selection, TestCase, Workload
+from bench.runner import APISERVER_ARGS, KCM_ARGS, component_pids, machine, phase_timeout, run_header
+from e2e.controlplane import ControlPlane, start
+
+logger = logging.getLogger("bench.upstream")
+
+REPETITIONS = 3
+#: Under the runner's --out directory.
+RESULTS_DIRNAME = "upstream"
+CONTENDER_KEYS = ("usher", "kube-scheduler", "limit")
+#: As scheduler_perf's test API server (mustSetupCluster).
+DISABLED_ADMISSION = "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,Priority"
+DRA_APIS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1", "resource.k8s.io/v1alpha3")
+WORKLOAD_APIS = ("scheduling.k8s.io/v1beta1",)
+KCM_CONTROLLERS = ("garbage-collector-controller", "resourceclaim-controller")
+#: The cluster is thrown away after a run: no graceful shutdown to wait for.
+STOP_GRACE_SECONDS = 1.0
+#: scheduler_perf's per-workload timeout; a run that takes longer is recorded as timed out.
+RUN_TIMEOUT_SECONDS = 30 * 60
+
+
+#: Test cases usher runs but cannot schedule (measured at their smallest sizes: every pod stays pending), and the
+#: feature it lacks. They are not run (a run would only wait for its timeout); naming one with ``-u`` runs it.
+USHER_LACKS: dict[str, str] = {
+    "ConsumableCapacity": "distinctAttribute constraints (DRAConsumableCapacity): the claim is refused as "
+    "'matchAttribute: required (no other constraint is supported)'",
+    "ExtendedResource": "extended resources backed by DRA device classes (DRAExtendedResource): "
+    "'Insufficient example.com/gpu-0'",
+    "ExtendedResourceScoring": "extended resources backed by DRA device classes (DRAExtendedResource)",
+    "Partitionable": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices): "
+    "'cannot allocate all claims'",
+    "PartitionableBacktracking": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices)",
+    # usher accepts GenericWorkload (work in progress at the time of writing) but does not preempt for a gang.
+    **{
+        name: "preemption for pod groups: the gang stays pending ('minCount cannot be satisfied ... Insufficient "
+        "cpu') instead of evicting lower-priority pods"
+        for name in ("GangPreemptionBasic", "GangPreemptionPodGroups", "GangPreemptionAffinity")
+    },
+}
+
+# --------------------------------------------------------------------------- what each scheduler gets
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How one upstream workload runs: the gates and configuration each scheduler gets, or why it does not."""
+
+    selection: Selection
+    workload: Workload
+    gates: dict[str, bool]
+    usher_gates: dict[str, bool]
+    dropped_for_usher: tuple[str, ...]
+    config: dict[str, Any] | None
+    status: str
+    """"ok", or why the workload is not run: "unsupported: <op>", "usher refuses: ...", "usher lacks: ...",
+    "left out: ..."."""
+
+    @property
+    def test_case(self) -> TestCase:
+        return self.selection.test_case
+
+    @property
+    def needs_kcm(self) -> bool:
+        return bool(self.gates.get("DynamicResourceAllocation") or self.gates.get("GenericWorkload"))
+
+    def apiserver_args(self) -> list[str]:
+        args = [*APISERVER_ARGS, DISABLED_ADMISSION]
+        if self.gates:
+            args.append(f"--feature-gates={gates_flag(self.gates)}")
+        apis = (DRA_APIS if self.gates.get("DynamicResourceAllocation") else ()) + (
+            WORKLOAD_APIS if self.gates.get("GenericWorkload") else ()
+        )
+        if apis:
+            args.append("--runtime-config=" + ",".join(f"{api}=true" for api in apis))
+        return args
+
+    def kcm_args(self) -> list[str]:
+        return [*KCM_ARGS, *((f"--feature-gates={gates_flag(self.gates)}",) if self.gates else ())]
+
+
+def usher_gates(gates: Mapping[str, bool]) -> tuple[dict[str, bool], list[str], str | None]:
+    """(the gates usher gets, the ones dropped for it, why usher refuses the rest or None).
+
+    A gate usher does not know is dropped when the test case sets it to kube-scheduler's
+    default at the pinned version (DynamicResourceAllocation=true: usher always has DRA);
+    otherwise usher lacks the feature and refuses.
+    """
+    from usher.config import ConfigError
+    from usher.features import FeatureGates, by_name, parse_feature_gates
+
+    known = set(by_name(FeatureGates()))
+    defaults = perfconfig.feature_defaults()
+    kept: dict[str, bool] = {}
+    dropped: list[str] = []
+    for name, value in sorted(gates.items()):
+        if name in known:
+            kept[name] = value
+        elif name in defaults and defaults[name].default == value:
+            dropped.append(f"{name}={str(value).lower()}")
+        else:
+            default = f"default {str(defaults[name].default).lower()}" if name in defaults else "unknown to kube"
+            return (
+                kept,
+                dropped,
+                f"usher has no feature gate {name} "
+                f"(the test case sets {str(value).lower()}, kube-scheduler's {default})",
+            )
+    try:
+        parse_feature_gates(gates_flag(kept))
+    except ConfigError as error:
+        return kept, dropped, str(error)
+    return kept, dropped, None
+
+
+def usher_config_refusal(config: Mapping[str, Any] | None) -> str | None:
+    """Why usher's own parser refuses the configuration both schedulers get, or None."""
+    from usher.config import ConfigError, parse_config
+    from usher.core.plugins.registry import in_tree_registry
+
+    try:
+        parse_config(scheduler_configuration(config, Path("kubeconfig")), registry=in_tree_registry())
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def setup(selection: Selection, *, smoke: bool, force: bool = False) -> Setup:
+    """The workload to run for ``selection`` (its smallest one when ``smoke``), and whether it can run.
+
+    Among equally small workloads (they differ in feature gates: SchedulingBasic's 5Nodes turns
+    SchedulerAsyncAPICalls off, 5Nodes_AsyncAPICallsEnabled on) the smoke test takes the first
+    usher accepts: it tests the machinery, not usher's gates.
+    """
+    tc = selection.test_case
+    workload = selection.bench
+    if workload is None:
+        workload = selection.smoke or tc.workloads[0]
+        return Setup(selection, workload, tc.gates(workload), {}, (), None, f"left out: {selection.reason}")
+    if smoke:
+        bench = setup(selection, smoke=False, force=force)
+        if bench.status != "ok":
+            return bench  # the smoke test runs what the benchmark runs
+        accepted = [w for w in selection.smallest if usher_gates(tc.gates(w))[2] is None]
+        workload = accepted[0] if accepted else selection.smoke or workload
+    gates = tc.gates(workload)
+    config = tc.scheduler_config()
+    kept, dropped, refusal = usher_gates(gates)
+    status = "ok"
+    if selection.unsupported:
+        status = "; ".join(selection.unsupported)
+    elif refusal is not None:
+        status = f"usher refuses: {refusal}"
+    elif tc.name in USHER_LACKS and not force:
+        status = f"usher lacks: {USHER_LACKS[tc.name]}"
+    else:
+        refused_config = usher_config_refusal(config)
+        if refused_config is not None:
+            status = f"usher refuses: {refused_config}"
+    return Setup(selection, workload, gates, kept, tuple(dropped), config, status)
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RunHooks:
+    """What a metrics collection measures besides throughput: CPU and the scheduler's attempt durations."""
+
+    plane: ControlPlane
+    contender: Contender
+    kcm: bool
+    _meter: CpuMeter | None = None
+    _before: str | None = None
+
+    async def start(self) -> None:
+        self._before = await self.contender.scrape()
+        self._meter = CpuMeter(component_pids(self.plane, kcm=self.kcm, scheduler=self.contender.pid))
+        self._meter.start()
+
+    async def stop(self) -> dict[str, Any]:
+        assert self._meter is not None
+        out: dict[str, Any] = dict(self._meter.stop())
+        after = await self.contender.scrape()
+        if after is not None and self._before is not None:
+            out["attempt_duration_ms"] = attempt_durations(self._before, after)
+        return out
+
+
+def attempt_durations(before: str, after: str) -> dict[str, Any]:
+    """p50/p99 (ms) and count of ``scheduler_scheduling_attempt_duration_seconds`` between two scrapes.
+
+    Per result (``scheduled``, ``unschedulable``, ``error``) and over all of them, as
+    scheduler_perf's metrics collector reports the histogram.
+    """
+    out: dict[str, Any] = {}
+    for result in ("scheduled", "unschedulable", "error", None):
+        labels = {"result": result} if result else {}
+        delta = histogram_delta(
+            histogram(after, ATTEMPT_DURATION, **labels), histogram(before, ATTEMPT_DURATION, **labels)
+        )
+        count = max(delta.values(), default=0.0)
+        entry: dict[str, Any] = {"count": int(count)}
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            value = histogram_quantile(q, delta)
+            entry[name] = None if value is None else round(value * 1000, 3)
+        out[result or "all"] = entry
+    return out
+
+
+class UpstreamRun:
+    """One upstream workload against one contender on its own control plane."""
+
+    def __init__(
+        self,
+        plan: Setup,
+        contender: Contender,
+        workdir: Path,
+        repetition: int,
+        timeout: Callable[[int], float] = phase_timeout,
+    ) -> None:
+        self.plan = plan
+        self.timeout = timeout
+        self.stopping: asyncio.Task[None] | None = None
+        """The plane's shutdown, in a thread: the next run may start meanwhile."""
+        self.contender = contender
+        self.workdir = workdir
+        self.result: dict[str, Any] = {**run_header(contender), "repetition": repetition}
+
+    def start_plane(self) -> ControlPlane:
+        """This run's control plane (blocking: run it in a thread)."""
+        return start(
+            self.workdir,
+            extra_apiserver_args=self.plan.apiserver_args(),
+            kcm=self.plan.needs_kcm,
+            kwok=False,
+            controllers=KCM_CONTROLLERS,
+            extra_kcm_args=self.plan.kcm_args(),
+            **self.contender.plane_kwargs(self.workdir),
+        )
+
+    async def execute(self, plane_task: asyncio.Future[ControlPlane] | None = None) -> dict[str, Any]:
+        """Run the workload on the plane ``plane_task`` starts (one is started if None); the plane is stopped."""
+        plan, contender = self.plan, self.contender
+        logger.info("=== %s/%s / %s", plan.test_case.name, plan.workload.name, contender.label)
+        started = time.monotonic()
+        try:
+            plane = await (plane_task if plane_task is not None else asyncio.to_thread(self.start_plane))
+        except Exception as error:
+            logger.exception("%s / %s: the control plane did not start", plan.test_case.name, contender.label)
+            self.result.update(status="error", error=f"{type(error).__name__}: {error}", phases=[])
+            return self.result
+        try:
+            await self._run(plane)
+        finally:
+            self.stopping = asyncio.create_task(asyncio.to_thread(plane.stop, STOP_GRACE_SECONDS))
+        self.result["run_seconds"] = round(time.monotonic() - started, 1)
+        return self.result
+
+    async def _run(self, plane: ControlPlane) -> None:
+        plan, contender = self.plan, self.contender
+        async with Api(plane, connections=48) as api:
+            pods = ClusterPods(api)
+            await pods.start()
+            executor = Executor(
+                api,
+                pods,
+                plan.test_case,
+                plan.workload,
+                hooks=RunHooks(plane, contender, plan.needs_kcm),
+                check=contender.ensure_alive,
+                timeout=self.timeout,
+            )
+            try:
+                await contender.start(plane, api, "", [], 0)
+                async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
+                    await executor.run()
+                if not executor.phases:
+                    raise RuntimeError("the workload collected no metrics")
+            except Exception as error:  # recorded, so one failing run does not lose the others
+                logger.exception("%s / %s failed", plan.test_case.name, contender.label)
+                self.result["status"] = "timeout" if isinstance(error, TimeoutError) else "error"
+                self.result["error"] = f"{type(error).__name__}: {error}"
+            finally:
+                self.result["phases"] = executor.phases
+                pid = contender.pid
+                if pid is not None:
+                    self.result["scheduler"] = {
+                        "peak_rss_mib": round(peak_rss_mib(pid), 1),
+                        "cpu_s_total": round(cpu_seconds(pid), 2),
+                    }
+                await contender.stop()
+                await pods.stop()
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def run_numbers(run: Mapping[str, Any]) -> dict[str, float | None]:
+    """The numbers of one run the report compares (its first metrics collection; scheduler_perf has one)."""
+    phases = run.get("phases") or []
+    if run.get("status") != "ok" or not phases:
+        return {}
+    phase = phases[0]
+    scheduled = phase.get("scheduled") or 0
+    cpu = phase.get("scheduler_cpu_s")
+    attempts = (phase.get("attempt_duration_ms") or {}).get("scheduled") or {}
+    return {
+        "average": phase.get("average"),
+        "p50": phase.get("p50"),
+        "p90": phase.get("p90"),
+        "p99": phase.get("p99"),
+        "overall": phase.get("overall"),
+        "cpu_s_per_1000_pods": (cpu / scheduled * 1000) if cpu is not None and scheduled else None,
+        "peak_rss_mib": (run.get("scheduler") or {}).get("peak_rss_mib"),
+        "attempt_p50_ms": attempts.get("p50"),
+        "attempt_p99_ms": attempts.get("p99"),
+    }
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median, min and max of every number over a contender's completed runs."""
+    numbers = [run_numbers(r) for r in runs]
+    numbers = [n for n in numbers if n]
+    out: dict[str, Any] = {"runs": len(runs), "completed": len(numbers)}
+    for key in (
+        "average",
+        "p50",
+        "p90",
+        "p99",
+        "overall",
+        "cpu_s_per_1000_pods",
+        "peak_rss_mib",
+        "attempt_p50_ms",
+        "attempt_p99_ms",
+    ):
+        values = [float(v) for n in numbers if (v := n.get(key)) is not None]
+        out[key] = (
+            {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+            if values
+            else None
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- the whole suite
+
+
+@dataclass
+class Options:
+    smoke: bool = False
+    repetitions: int = REPETITIONS
+    contenders: Sequence[str] = CONTENDER_KEYS
+    max_nodes: int = perfconfig.MAX_NODES
+    max_pods: int = perfconfig.MAX_PODS
+    keep: bool = False
+    names: Sequence[str] = field(default_factory=list)
+    prestart: bool = False
+    """Start the next run's control plane while a run works, and stop planes in the background (smoke only)."""
+
+    def timeout(self, pods: int) -> float:
+        """How long one wait for ``pods`` may take before the run is recorded as timed out (never a pass/fail).
+
+        Smoke sizes schedule in a second or two: a minute means the scheduler does not schedule them.
+        """
+        return 60.0 + 0.5 * pods if self.smoke else phase_timeout(pods)
+
+
+def selections(options: Options) -> list[Selection]:
+    """Every upstream test case with its chosen workload; ``names`` (``TestCase`` or ``TestCase/workload``) filter.
+
+    Naming a workload runs it even when the size limits would leave it out.
+    """
+    chosen = perfconfig.select(perfconfig.load_all(), max_nodes=options.max_nodes, max_pods=options.max_pods)
+    if not options.names:
+        return chosen
+    by_name = {s.key: s for s in chosen}
+    out: list[Selection] = []
+    for name in options.names:
+        case, _, workload = name.partition("/")
+        if case not in by_name:
+            raise ValueError(f"unknown upstream test case {case!r}; choose from {sorted(by_name)}")
+        selection = by_name[case]
+        if workload:
+            picked = selection.test_case.workload(workload)
+            selection = Selection(
+                selection.test_case, picked, picked, unsupported=selection.unsupported, smallest=(picked,)
+            )
+        out.append(selection)
+    return out
+
+
+async def run_selection(
+    selection: Selection, options: Options, base: Path, on_run: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Every contender's runs of one test case, interleaved; returns its result document."""
+    plan = setup(selection, smoke=options.smoke, force=bool(options.names))
+    tc = plan.test_case
+    document: dict[str, Any] = {
+        "kind": "upstream",
+        "test_case": tc.name,
+        "group": tc.group,
+        "file": str(tc.file.relative_to(perfconfig.module_dir().parent)),
+        "workload": {
+            "name": plan.workload.name,
+            "params": dict(plan.workload.params),
+            "labels": list(tc.labels_of(plan.workload)),
+            "stand_in": selection.stand_in and not options.smoke,
+            "size": _size(tc, plan.workload),
+        },
+        "reason": selection.reason,
+        "feature_gates": plan.gates,
+        "usher_feature_gates": plan.usher_gates,
+        "dropped_for_usher": list(plan.dropped_for_usher),
+        "scheduler_config": plan.config,
+        "status": plan.status,
+        "smoke": options.smoke,
+        "repetitions": options.repetitions,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "runs": {},
+        "summary": {},
+    }
+    if plan.status != "ok":
+        logger.info("--- %s: %s", tc.name, plan.status)
+        return document
+    keys = [k for k in CONTENDER_KEYS if k in options.contenders]
+    order: list[UpstreamRun] = []
+    for repetition in range(options.repetitions):
+        for key in keys[repetition % len(keys) :] + keys[: repetition % len(keys)]:
+            contender = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}[key]
+            workdir = base / tc.name / f"{key}-{repetition}"
+            order.append(UpstreamRun(plan, contender, workdir, repetition, options.timeout))
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+    upcoming: asyncio.Future[ControlPlane] | None = None
+    cleanups: list[asyncio.Task[None]] = []
+    for i, run in enumerate(order):
+        plane, upcoming = upcoming, None
+        if options.prestart and i + 1 < len(order):
+            # Smoke only: the next run's control plane starts while this one runs (timings mean nothing there).
+            upcoming = asyncio.ensure_future(asyncio.to_thread(order[i + 1].start_plane))
+        result = await run.execute(plane)
+        keep = options.keep or result["status"] != "ok"
+        if keep:
+            result["workdir"] = str(run.workdir)
+        cleanups.append(asyncio.create_task(_clean(run, keep)))
+        if not options.prestart:
+            await cleanups[-1]  # measured runs never overlap a shutdown
+        runs[run.contender.key].append(result)
+        if on_run is not None:
+            on_run(result)
+    await asyncio.gather(*cleanups)
+    document["runs"] = runs
+    document["summary"] = {key: summarize(r) for key, r in runs.items()}
+    return document
+
+
+async def _clean(run: UpstreamRun, keep: bool) -> None:
+    """Wait for the run's plane to stop, then remove its work directory (only etcd's data when ``keep``)."""
+    if run.stopping is not None:
+        await run.stopping
+    await asyncio.to_thread(shutil.rmtree, run.workdir / "etcd" if keep else run.workdir, True)
+
+
+def _size(test_case: TestCase, workload: Workload) -> str:
+    try:
+        return perfconfig.describe(test_case, workload)
+    except perfconfig.ConfigError as error:
+        return f"invalid upstream: {error}"
+
+
+def result_name(test_case: str) -> str:
+    return f"{test_case}.json"
+
+
+async def run_all(options: Options, out: Path, base: Path) -> int:
+    """Run every selected upstream test case; write ``out/<TestCase>.json`` each; returns the failed runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for selection in selections(options):
+        document = await run_selection(selection, options, base)
+        (out / result_name(selection.key)).write_text(json.dumps(document, indent=1) + "\n")
+        failed += sum(1 for runs in document["runs"].values() for r in runs if r["status"] != "ok")
+    return failed
+
+
+#: Per run, besides scheduling: a control plane started and stopped, the scheduler started (5-7 s measured).
+RUN_OVERHEAD_SECONDS = 6.5
+#: The same with the next control plane started during a run (smoke only; 3 s measured).
+PRESTARTED_OVERHEAD_SECONDS = 3.0
+#: Pods per second a run sustains, roughly (from the hand-written benchmark's last results on this machine).
+PLAIN_PODS_PER_SECOND = 400.0
+CLAIM_PODS_PER_SECOND = 150.0
+PREEMPTING_PODS_PER_SECOND = 12.0
+
+
+def estimate_seconds(plan: Setup, options: Options) -> float:
+    """A rough duration of a test case's runs (all contenders and repetitions), for planning only."""
+    if plan.status != "ok":
+        return 0.0
+    size = perfconfig.size(plan.test_case, plan.workload)
+    ops, _ = perfconfig.unroll(plan.test_case, plan.workload)
+    measured = sum(op.count for op in ops if op.opcode == "createPods" and op.get("collectMetrics"))
+    rate = CLAIM_PODS_PER_SECOND if plan.gates.get("DynamicResourceAllocation") else PLAIN_PODS_PER_SECOND
+    measured_rate = PREEMPTING_PODS_PER_SECOND if "Preemption" in plan.test_case.name else rate
+    pods = (size.pods - measured) / rate + measured / measured_rate
+    overhead = PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS
+    run = overhead + size.nodes / 500 + pods + size.steady_seconds
+    return run * len(options.contenders) * options.repetitions
+
+
+def table(options: Options) -> str:
+    """What `--list-upstream` prints: every test case, the workload chosen and its size, or why none."""
+    lines = []
+    total = 0.0
+    for selection in selections(options):
+        plan = setup(selection, smoke=options.smoke, force=bool(options.names))
+        size = _size(selection.test_case, plan.workload)
+        note = " (stand-in)" if selection.stand_in and not options.smoke else ""
+        seconds = estimate_seconds(plan, options)
+        total += seconds
+        lines.append(
+            f"{selection.test_case.group:28} {selection.key:52} {plan.workload.name + note:42} {size:40} "
+            f"{f'~{seconds / 60:.1f} min' if seconds else '':9} {plan.status}"
+        )
+    runnable = sum(1 for line in lines if line.endswith(" ok"))
+    lines.append(
+        f"{runnable} test cases run, {options.repetitions} repetition(s) of {len(options.contenders)} contender(s): "
+        f"about {total / 60:.0f} min (a rough estimate: "
+        f"{PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS:g} s per run besides scheduling)"
+    )
+    return "\n".join(lines)
