@@ -474,17 +474,20 @@ async def run(options: RunOptions) -> None:
         stop_task.cancel()
         if leader_task is not None:
             leader_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(operator_task, timeout=10)
         with contextlib.suppress(asyncio.CancelledError):
             await loop_task
+        if elector is not None and not lost:
+            # Give the Lease up first (kube-scheduler's ReleaseOnCancel), so a follower takes over within a
+            # retry period rather than the lease duration. Releasing clears `holds()`: from here no binding
+            # leaves this instance, so nothing is bound by two leaders; the rest of the queue still drains.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(elector.release(), 5.0)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(operator_task, timeout=10)
         if not lost:  # a lost lease stops everything at once: no queued binding goes out any more
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(dispatcher.drained(), 5.0)
         await dispatcher.stop()
-        if elector is not None and not lost:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(elector.release(), 5.0)
         await runner.cleanup()
         await api.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
