@@ -265,9 +265,6 @@ NEEDED = {
     "without events create/patch no Scheduled event is recorded": Needed(
         "ClusterRole", ("events",), ("create", "patch"), "event"
     ),
-    "without leases create no Lease comes to exist and nothing is scheduled": Needed(
-        "Role", ("leases",), ("create",), "lease"
-    ),
     "without get/update of its own Lease usher never leads": Needed("Role", ("leases",), ("get", "update"), "lease"),
 }
 
