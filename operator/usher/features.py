@@ -21,7 +21,9 @@ def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeatureGates:
     """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table), except
-    GenericWorkload: usher schedules gangs by default, kube-scheduler only when told to."""
+    GenericWorkload (usher schedules gangs by default, kube-scheduler only when told to) and
+    SchedulerPreQueueingHints and SchedulerAsyncAPICalls (off in kube-scheduler; usher's queue and
+    dispatcher are built around them)."""
 
     queueing_hints: bool = _gate(
         "SchedulerQueueingHints",
@@ -89,6 +91,11 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
         if not sep or raw.strip().lower() not in ("true", "false"):
             raise ConfigError(f"--feature-gates: {name} needs =true or =false, got {item!r}")
         values[_ATTRIBUTES[name]] = raw.strip().lower() == "true"
+    if values.get("async_api_calls") is False and "pre_enqueue_pod_status" not in values:
+        # kube-scheduler's own default is SchedulerAsyncAPICalls=false, and its configurations say so;
+        # usher's SchedulerPreEnqueuePodStatus (not a kube-scheduler gate) then follows it off rather
+        # than refusing a configuration kube-scheduler accepts.
+        values["pre_enqueue_pod_status"] = False
     gates = FeatureGates(**values)
     if gates.pre_enqueue_pod_status and not gates.async_api_calls:
         raise ConfigError(

@@ -43,7 +43,10 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
         ("queueing_hints=false", "unknown feature gate 'queueing_hints'"),
         ("SchedulerQueueingHints=yes", "SchedulerQueueingHints needs =true or =false"),
         ("SchedulerQueueingHints", "SchedulerQueueingHints needs =true or =false"),
-        ("SchedulerAsyncAPICalls=false", "SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true"),
+        (
+            "SchedulerAsyncAPICalls=false,SchedulerPreEnqueuePodStatus=true",
+            "SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true",
+        ),
     ],
     ids=["unknown name", "attribute name", "not a boolean", "no value", "PreEnqueuePodStatus needs AsyncAPICalls"],
 )
@@ -56,3 +59,10 @@ def test_the_readme_table_lists_every_gate_with_its_default() -> None:
     section = README.read_text().split("### Feature gates", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| (on|off) \|", section, re.MULTILINE)
     assert {name: default == "on" for name, default in rows} == by_name(FeatureGates())
+
+
+def test_kube_schedulers_default_for_async_api_calls_turns_usher_s_dependent_gate_off() -> None:
+    # A configuration written for kube-scheduler v1.37 (SchedulerAsyncAPICalls=false is its default) is
+    # accepted: usher's own SchedulerPreEnqueuePodStatus, unset, follows it off.
+    gates = parse_feature_gates("SchedulerAsyncAPICalls=false")
+    assert (gates.async_api_calls, gates.pre_enqueue_pod_status) == (False, False)
