@@ -40,7 +40,10 @@ def usher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--feature-gates", "SchedulerAsyncAPICalls=false"), "SchedulerPreEnqueuePodStatus=true requires"),
+        (
+            ("--feature-gates", "SchedulerAsyncAPICalls=false,SchedulerPreEnqueuePodStatus=true"),
+            "SchedulerPreEnqueuePodStatus=true requires",
+        ),
         (("--feature-gates", "NoSuchGate=true"), "unknown feature gate 'NoSuchGate'"),
         (("--config", "/nonexistent/usher.yaml"), "--config /nonexistent/usher.yaml: No such file"),
         (("--metrics-bind-address", "nowhere"), "--metrics-bind-address 'nowhere': expected HOST:PORT"),

@@ -559,7 +559,9 @@ def test_usher_gets_the_gates_it_has_and_refuses_features_it_lacks() -> None:
     )
     kept, _, refusal = usher_gates({off_by_default: True})
     assert kept == {} and refusal is not None and f"no feature gate {off_by_default}" in refusal
-    _, _, refusal = usher_gates({"SchedulerAsyncAPICalls": False})
+    # kube-scheduler's default, set explicitly (PreemptionBasic does): accepted, usher's dependent gate follows.
+    assert usher_gates({"SchedulerAsyncAPICalls": False}) == ({"SchedulerAsyncAPICalls": False}, [], None)
+    _, _, refusal = usher_gates({"SchedulerAsyncAPICalls": False, "SchedulerPreEnqueuePodStatus": True})
     assert refusal is not None and "SchedulerPreEnqueuePodStatus" in refusal
 
 
