@@ -199,6 +199,16 @@ def test_the_fit_hint_on_a_deleted_pod_looks_at_the_node_it_left(
     assert fit._room_freed(waiting, deleted, None) is hint
 
 
+def test_the_fit_hint_counts_a_nominee_already_assumed_on_the_node_once() -> None:
+    # Found by the upstream async-preemption spec: nominees in their binding cycle are both assumed on the
+    # node and still nominated there; counted twice, the node looked full and a waiting pod was skipped.
+    nominee = make_pod().name("nominee").priority(10).node("n").req(cpu="1").obj()
+    fit, handle = _fit_with_node(nominee)
+    handle.nominator.nominate(info(nominee), "n")
+    waiting = info(make_pod().priority(10).req(cpu="3").obj())
+    assert fit._room_freed(waiting, make_pod().node("n").req(cpu="1").obj(), None) is QueueingHint.QUEUE
+
+
 def test_the_fit_hint_on_a_deleted_pod_without_a_node_or_one_it_does_not_know() -> None:
     fit, _ = _fit_with_node()
     waiting = info(make_pod().req(cpu="3").obj())

@@ -240,7 +240,9 @@ class NodeResourcesFit:
             return QueueingHint.QUEUE
         requested = dict(node.requested)
         for held in self._handle.nominated_pods(node.name) if self._handle is not None else ():
-            if held.uid != pod.uid and held.priority >= pod.priority:
+            # A nominee already assumed or bound there is counted in ``requested`` (it keeps its nomination
+            # until its binding returns): as in Filter's second pass, it is not counted twice.
+            if held.uid != pod.uid and held.priority >= pod.priority and held.key not in node.pods:
                 requested[PODS] = requested.get(PODS, 0) + 1
                 for resource, amount in held.requests.items():
                     requested[resource] = requested.get(resource, 0) + amount
