@@ -252,3 +252,11 @@ class WriteResult:
     @property
     def message(self) -> str:
         return str(self.body.get("message") or f"HTTP {self.status}")
+
+
+def version_not_older(version: str, than: str) -> bool:
+    """Whether resourceVersion ``version`` is at least ``than`` (numeric when both are, else equal)."""
+    try:
+        return int(version) >= int(than)
+    except ValueError:
+        return version == than

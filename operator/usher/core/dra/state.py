@@ -34,18 +34,11 @@ from usher.core.dra.model import (
     parse_slice,
 )
 from usher.core.dra.podclaims import ClaimIndex
-from usher.core.types import PodKey
+from usher.core.types import PodKey, version_not_older
 
 
 def claim_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
-
-
-def _newer_or_equal(version: str, than: str) -> bool:
-    try:
-        return int(version) >= int(than)
-    except ValueError:
-        return version == than
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +102,7 @@ class DraState:
         self._watched[key] = claim
         assumed = self._assumed.get(key)
         if assumed is not None and (
-            assumed.uid != claim.uid or _newer_or_equal(claim.resource_version, assumed.resource_version)
+            assumed.uid != claim.uid or version_not_older(claim.resource_version, assumed.resource_version)
         ):
             del self._assumed[key]
         new = self.claim(key)
@@ -122,7 +115,7 @@ class DraState:
         key = claim_key(claim.namespace, claim.name)
         old = self.claim(key)
         watched = self._watched.get(key)
-        if watched is None or not _newer_or_equal(watched.resource_version, claim.resource_version):
+        if watched is None or not version_not_older(watched.resource_version, claim.resource_version):
             self._assumed[key] = claim
         self._recount(old, self.claim(key))
         return claim

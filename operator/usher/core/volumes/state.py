@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from usher.core.types import version_not_older
 from usher.core.volumes.model import (
     Capacity,
     Claim,
@@ -30,14 +31,6 @@ from usher.core.volumes.model import (
     parse_csi_node,
     parse_volume,
 )
-
-
-def not_older(version: str, than: str) -> bool:
-    """Whether resourceVersion ``version`` is at least ``than`` (numeric when both are)."""
-    try:
-        return int(version) >= int(than)
-    except ValueError:
-        return version == than
 
 
 def _key(raw: Mapping[str, Any]) -> str:
@@ -142,7 +135,7 @@ class VolumeState:
     def _settle(assumed: dict[str, Any], key: str, watched: Claim | Volume | None) -> None:
         """The watch's copy replaces an assumed one as new as it or older (or when the object went)."""
         mine = assumed.get(key)
-        if mine is not None and (watched is None or not_older(watched.version, mine.version)):
+        if mine is not None and (watched is None or version_not_older(watched.version, mine.version)):
             del assumed[key]
 
     # ------------------------------------------------------------------ assume / restore
@@ -151,7 +144,7 @@ class VolumeState:
         """Take ``raw`` (a PVC about to be written, or just written) as the claim's current state."""
         claim = parse_claim(raw)
         watched = self._claims.get(claim.key)
-        if watched is not None and not not_older(claim.version, watched.version):
+        if watched is not None and not version_not_older(claim.version, watched.version):
             raise VolumeModelError(f"persistentvolumeclaim {claim.key}: assumed version is older than the watched one")
         self._assumed_claims[claim.key] = claim
         self._changed()
@@ -160,7 +153,7 @@ class VolumeState:
     def assume_volume(self, raw: Mapping[str, Any]) -> Volume:
         volume = parse_volume(raw)
         watched = self._volumes.get(volume.name)
-        if watched is not None and not not_older(volume.version, watched.version):
+        if watched is not None and not version_not_older(volume.version, watched.version):
             raise VolumeModelError(f"persistentvolume {volume.name}: assumed version is older than the watched one")
         self._assumed_volumes[volume.name] = volume
         self._changed()

@@ -58,7 +58,17 @@ from usher.core.framework.interface import (
 from usher.core.framework.names import VOLUME_BINDING
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.shapes import MAX_CUSTOM_PRIORITY_SCORE, Shape, parse_shape, shape_score
-from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
+from usher.core.types import (
+    SUCCESS,
+    Code,
+    NodeName,
+    PodInfo,
+    QueueingHint,
+    Status,
+    error,
+    unschedulable,
+    version_not_older,
+)
 from usher.core.volumes.model import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_MIGRATED_PLUGINS,
@@ -75,7 +85,7 @@ from usher.core.volumes.model import (
 )
 from usher.core.volumes.podvolumes import ephemeral_owner_error, pod_claim_refs
 from usher.core.volumes.ports import VolumeWriter
-from usher.core.volumes.state import VolumeState, not_older
+from usher.core.volumes.state import VolumeState
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -429,7 +439,7 @@ class VolumeBinding:
             claim = self._volumes.watched_claim(bound_claim.key)
             if claim is None:
                 return False, f'failed to check binding: persistentvolumeclaim "{bound_claim.key}" not found'
-            if not not_older(volume.version, written.version):
+            if not version_not_older(volume.version, written.version):
                 return False, ""
             if not volume.fits_node(labels):
                 return False, f'pv "{volume.name}" node affinity doesn\'t match node "{node}"'
@@ -441,7 +451,7 @@ class VolumeBinding:
             claim = self._volumes.watched_claim(written_claim.key)
             if claim is None:
                 return False, f'failed to check provisioning pvc: persistentvolumeclaim "{written_claim.key}" not found'
-            if not not_older(claim.version, written_claim.version):
+            if not version_not_older(claim.version, written_claim.version):
                 return False, ""
             if claim.selected_node != node:
                 return False, f'provisioning failed for PVC "{claim.name}"'
