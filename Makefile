@@ -35,10 +35,10 @@ venv: $(STAMP)
 binaries:
 	bash e2e/build-binaries.sh
 
-# Debian's packages the tests need: prometheus (prometheus + promtool) for the chart's rules and
-# scraping; podman, buildah, runc and debootstrap to build and run usher's image without a registry
+# Debian's packages the tests need: prometheus for promtool, which checks the chart's rules (the
+# tests' Prometheus server is built by e2e/build-binaries.sh, with Kubernetes discovery); podman, buildah, runc and debootstrap to build and run usher's image without a registry
 # (make image); iproute2 and iptables for the real node's network namespace (make real-node-e2e).
-TOOLS_COMMANDS := promtool prometheus podman buildah runc debootstrap ip iptables
+TOOLS_COMMANDS := promtool podman buildah runc debootstrap ip iptables
 TOOLS_PACKAGES := prometheus podman buildah runc debootstrap iproute2 iptables
 
 tools:

@@ -230,6 +230,22 @@ build_csi() {
   mv "$bin.tmp" "$bin"
 }
 
+# The e2e tests' Prometheus (e2e/prometheus.py): built inside its own module, as its release is, with
+# only the Kubernetes service discovery (Debian's package has none; the real-node test discovers the
+# chart's pods through its Service's EndpointSlices). No web UI assets: the tests use the HTTP API.
+build_prometheus() {
+  local v="$PROMETHEUS_VERSION" out="$cache/bin/prometheus-$PROMETHEUS_VERSION"
+  if has_version "$out/prometheus" "version $v" --version; then log "prometheus $v: cached"; return; fi
+  log "prometheus $v: building (about 4 min cold on 2 cores)"
+  local mod="github.com/prometheus/prometheus" dir
+  dir="$(cd "$work" && go mod download -json "$mod@$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+  [[ -d "$dir" ]] || { log "go mod download $mod@$v gave no directory"; exit 1; }
+  mkdir -p "$out"
+  (cd "$dir" && GOWORK=off go build "${goflags[@]}" -tags remove_all_sd,enable_kubernetes_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" -o "$out/prometheus.tmp" ./cmd/prometheus)
+  mv "$out/prometheus.tmp" "$out/prometheus"
+}
+
 # The real node (e2e/node, `make real-node-e2e`): kubelet from the pinned Kubernetes release, containerd 2.x
 # with its runc shim, and the CNI plugins the node's bridge network needs. All CGO off; runc itself is
 # Debian's (`make tools`). Not in the default targets: only the real-node run needs them.
@@ -284,7 +300,7 @@ build_cni_plugins() {
 }
 
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm csi)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm csi prometheus)
 start=$SECONDS
 for t in "${targets[@]}"; do
   case "$t" in
@@ -293,12 +309,13 @@ for t in "${targets[@]}"; do
     kwok) build_kwok ;;
     helm) build_helm ;;
     csi) build_csi ;;
+    prometheus) build_prometheus ;;
     e2e-test) build_e2e_test ;;
     kubelet) build_kubelet ;;
     containerd) build_containerd ;;
     cni-plugins) build_cni_plugins ;;
     node) build_kubelet; build_containerd; build_cni_plugins ;;
-    *) log "unknown target $t (kubernetes, etcd, kwok, helm, csi, e2e-test, kubelet, containerd, cni-plugins, node)"; exit 2 ;;
+    *) log "unknown target $t (kubernetes, etcd, kwok, helm, csi, prometheus, e2e-test, kubelet, containerd, cni-plugins, node)"; exit 2 ;;
   esac
 done
 log "done in $((SECONDS - start)) s"

@@ -49,6 +49,14 @@ docker build -t usher:e2e "$repo"
   -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/stage-fast.yaml"
 "$kubectl" --kubeconfig "$kubeconfig" -n kube-system rollout status deployment/kwok-controller --timeout=180s
 
+# Prometheus (e2e/test_real_node.py) runs on this machine and scrapes the pods' own addresses:
+# route each kind node's pod CIDR to that node's address on Docker's network.
+"$kubectl" --kubeconfig "$kubeconfig" get nodes -o \
+  jsonpath='{range .items[*]}{.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}' |
+  while read -r cidr address; do
+    [[ -n "$cidr" && -n "$address" ]] && sudo ip route replace "$cidr" via "$address"
+  done
+
 cd "$repo"
 # USHER_IMAGE_TAG: e2e/test_real_node.py installs its own release of the chart with the loaded image.
 USHER_KUBECONFIG="$kubeconfig" USHER_IMAGE_TAG=e2e "$cache/venv/bin/pytest" e2e "$@"

@@ -31,6 +31,7 @@ from e2e import controlplane
 from e2e.controlplane import Cluster, WaitTimeoutError, cache_dir, read_versions
 from e2e.image import CHART, archive, chart_app_version, require_image
 from e2e.node import RealNode, apiserver_args
+from e2e.prometheus import Prometheus
 from e2e.pytest_plugin import EXTERNAL_KUBECONFIG_ENV, unique_name
 from e2e.test_scheduling import pod_manifest, scheduled_events
 
@@ -90,7 +91,11 @@ def target(request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterator[Targ
         return
     require_image()
     workdir = artifacts_dir / "real-node"
-    with controlplane.running(workdir, scheduler=True, extra_apiserver_args=apiserver_args(workdir)) as plane:
+    # The EndpointSlice controller: Prometheus finds the chart's pods through its Service's slices.
+    controllers = (*controlplane.DEFAULT_CONTROLLERS, "endpointslice-controller")
+    with controlplane.running(
+        workdir, scheduler=True, extra_apiserver_args=apiserver_args(workdir), controllers=controllers
+    ) as plane:
         node = RealNode.start(plane, images=(archive("pause"), archive("usher")), taints=(TAINT,))
         try:
             local = Target(
@@ -167,6 +172,48 @@ def test_the_leader_schedules_onto_kwok_nodes(target: Target) -> None:
     target.cluster.wait_for(lambda: len(bound_nodes(target)) == 10, 60, "10 pods bound")
     assert set(bound_nodes(target).values()) <= set(nodes)
     assert max(scheduled_events(target.core, target.namespace, RELEASE).values()) == 1
+
+
+def test_prometheus_scrapes_the_leader_pod_through_the_service(target: Target, tmp_path: Path) -> None:
+    """Prometheus finds the pods behind the chart's metrics Service by its EndpointSlices, as a
+    ServiceMonitor does, and scrapes each pod's address; the leader's series show the pods it bound."""
+    service = f"{RELEASE}-metrics"
+    scrape = {
+        "job_name": "usher-service",
+        "kubernetes_sd_configs": [
+            {
+                "role": "endpointslice",
+                "kubeconfig_file": str(target.cluster.kubeconfig),
+                "namespaces": {"names": [target.namespace]},
+            }
+        ],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_service_name"], "regex": service, "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_endpointslice_port_name"], "regex": "metrics", "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job"},
+        ],
+    }
+    logs = target.node.logs_dir if target.node is not None else tmp_path
+    prometheus = Prometheus.start([scrape], tmp_path / "prometheus", logs / "prometheus-real-node.log")
+    try:
+        leader = leader_pod(target)
+        pods = {p.metadata.name: p.status.pod_ip for p in target.usher_pods()}
+        target.cluster.wait_for(
+            lambda: {labels["pod"] for labels, up in prometheus.vector(f'up{{job="{service}"}}') if up == 1}
+            == set(pods),
+            60, "both replicas scraped through the Service's endpoints",
+        )  # fmt: skip
+        ups = prometheus.vector(f'up{{job="{service}"}}')
+        assert {labels["instance"].rsplit(":", 1)[0] for labels, _ in ups} == set(pods.values()), "the pods' own IPs"
+        leading = prometheus.vector(f'leader_election_master_status{{job="{service}"}} == 1')
+        assert [labels["pod"] for labels, _ in leading] == [leader]
+        scheduled = f'sum(scheduler_schedule_attempts_total{{job="{service}", pod="{leader}", result="scheduled"}})'
+        target.cluster.wait_for(
+            lambda: (prometheus.query(scheduled) or 0) >= 10, 60, "the leader's 10 scheduled pods in PromQL"
+        )
+    finally:
+        prometheus.stop()
 
 
 def test_deleting_the_leader_pod_hands_over_within_the_lease_duration(target: Target) -> None:
