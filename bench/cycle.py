@@ -46,6 +46,7 @@ class _Handle:
         self.preemptions = Evictions()
         self.volumes = VolumeState()
         self.volume_writer: Any = None
+        self.pod_groups = cache.pod_groups
 
     def node_labels(self, node: str) -> Any:
         info = self._cache.node(node)
@@ -56,6 +57,10 @@ class _Handle:
 
     def nominated_pods(self, node: str) -> Any:
         return []
+
+    def node_of_pod(self, key: Any) -> Any:
+        node = self._cache.node_of(key)
+        return self._cache.node(node) if node is not None else None
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         labels = self._cache.namespace_labels(namespace)

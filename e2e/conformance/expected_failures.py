@@ -16,13 +16,7 @@ label list (``[sig-scheduling] <container> <spec>``).
 
 from __future__ import annotations
 
-NO_GANG_PREEMPTION = "no workload-aware preemption yet (a PodGroup with disruptionMode All evicted as a unit)"
-
-EXPECTED_FAILURES: dict[str, str] = {
-    "[sig-scheduling] WorkloadAwarePreemption [FeatureGate:GenericWorkload] workload-aware preemption should preempt "
-    "entire group with All disruption mode by a pod group [Beta] [Feature:OffByDefault]":
-        NO_GANG_PREEMPTION,
-}  # fmt: skip
+EXPECTED_FAILURES: dict[str, str] = {}
 
 #: Entries usher sometimes passes without the feature, when equal node scores happen to
 #: fall its way: such a pass is not reported as "remove it". They leave the list when
@@ -30,4 +24,4 @@ EXPECTED_FAILURES: dict[str, str] = {
 PASSES_BY_CHANCE: frozenset[str] = frozenset()
 
 #: The ratchet: the number of entries may only go down (see the module docstring).
-MAX_ENTRIES = 1
+MAX_ENTRIES = 0

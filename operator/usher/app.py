@@ -54,7 +54,7 @@ from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import PodGroupStates
 from usher.core.queue import Nominator, QueueOptions, SchedulingQueue
 from usher.core.queue.queueing import QueueRecorder
-from usher.core.types import PodInfo, pod_key
+from usher.core.types import PodInfo, PodKey, pod_key
 from usher.core.volumes.ports import VolumeWriter
 from usher.core.volumes.state import VolumeState
 from usher.explaining import explain, queue_summary
@@ -133,6 +133,10 @@ class PluginHandle:
 
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         return self.nominator.nominated_pods(node)
+
+    def node_of_pod(self, key: PodKey) -> NodeInfo | None:
+        node = self.cache.node_of(key)
+        return self.cache.node(node) if node is not None else None
 
     @property
     def pod_groups(self) -> PodGroupStates:

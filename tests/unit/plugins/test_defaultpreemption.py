@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import make_node, make_pod
+from tests.builders import make_node, make_pod, make_pod_group
 from tests.frameworks import FakeHandle
 from usher.config import default_config
 from usher.core.cache import Cache, DisruptionBudget
@@ -23,14 +23,15 @@ from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.defaultpreemption import DefaultPreemption, PreemptionArgs, parse_args
 from usher.core.plugins.registry import in_tree_registry
+from usher.core.podgroups import PodGroupStates
 from usher.core.queue.nominator import Nominator
 from usher.core.types import Code, PodInfo, PodKey
 
 
 class Cluster:
-    def __init__(self, **budgets: list[DisruptionBudget]) -> None:
-        self.cache = Cache()
-        self.handle = FakeHandle(budgets=dict(budgets))
+    def __init__(self, *, groups: bool = True, **budgets: list[DisruptionBudget]) -> None:
+        self.cache = Cache(pod_groups=PodGroupStates(enabled=groups))
+        self.handle = FakeHandle(budgets=dict(budgets), pod_groups=self.cache.pod_groups, cache=self.cache)
         self.nominator = Nominator()
         self.framework: Framework = build_framework(
             default_config("usher").profiles[0],
@@ -45,8 +46,15 @@ class Cluster:
             builder = builder.label(key, value)
         self.cache.add_or_update_node(builder.obj())
 
-    def running(self, name: str, node: str, priority: int, cpu: str = "1", start: str = "", **labels: str) -> PodInfo:
-        raw = make_pod().name(name).node(node).priority(priority).req(cpu=cpu).obj()
+    def pod_group(self, name: str, priority: int, mode: str) -> None:
+        """A PodGroup of the basic policy whose ``disruptionMode`` is ``mode`` ("all" or "single")."""
+        self.cache.pod_groups.on_pod_group(False, make_pod_group(name, priority=priority, disruptionMode={mode: {}}))
+
+    def running(
+        self, name: str, node: str, priority: int, cpu: str = "1", start: str = "", group: str = "", **labels: str
+    ) -> PodInfo:
+        builder = make_pod().name(name).node(node).priority(priority).req(cpu=cpu)
+        raw = (builder.group(group) if group else builder).obj()
         raw["metadata"]["labels"] = labels
         if start:
             raw["status"]["startTime"] = start
@@ -437,3 +445,105 @@ def test_an_extended_resource_held_by_a_lower_priority_pod_is_freed_by_preemptio
     result = cluster.preempt(pod)
 
     assert result.nominated_node == "n1" and victims(result) == ["holder"]
+
+
+# -- victims of pod groups (kube's getCrossNodesVictims, GenericWorkload on) ---------------------
+
+
+def test_a_pod_group_disrupted_together_is_evicted_whole_from_every_node() -> None:
+    cluster = Cluster()
+    cluster.pod_group("train", 1, "all")
+    for node in ("n1", "n2"):
+        cluster.node(node, cpu="2")
+    cluster.running("a", "n1", 1, cpu="2", group="train")
+    cluster.running("b", "n2", 1, cpu="1", group="train")
+    cluster.running("c", "n2", 1, cpu="1", group="train")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.status.code is Code.SUCCESS
+    assert sorted(victims(result)) == ["a", "b", "c"], "the room on one node costs the whole group"
+    assert result.status.message.endswith("preempting 3 victims")
+
+
+def test_the_same_group_under_single_disruption_loses_only_the_pods_in_the_way() -> None:
+    cluster = Cluster()
+    cluster.pod_group("train", 1, "single")
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("a", "n1", 1, cpu="2", group="train")
+    cluster.running("b", "n2", 1, cpu="1", group="train", start="2026-01-01T00:00:00Z")
+    cluster.running("c", "n2", 1, cpu="1", group="train", start="2026-01-02T00:00:00Z")
+
+    result = cluster.preempt(preemptor(cpu="1"))
+
+    assert len(victims(result)) == 1
+    assert victims(result) in (["a"], ["c"]), "one pod, never the group"
+
+
+def test_a_lone_pod_is_cheaper_to_evict_than_a_whole_group() -> None:
+    cluster = Cluster()
+    cluster.pod_group("train", 1, "all")
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.node("n3", cpu="2")
+    cluster.running("a", "n1", 1, cpu="2", group="train")
+    cluster.running("b", "n2", 1, cpu="2", group="train")
+    cluster.running("lone", "n3", 1, cpu="2")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n3" and victims(result) == ["lone"]
+
+
+def test_a_group_victim_is_reprieved_before_a_lone_pod_of_the_same_priority() -> None:
+    cluster = Cluster()
+    cluster.pod_group("train", 1, "single")
+    cluster.node("n1", cpu="2")
+    # The lone pod started first: by start time alone it would be the one kept.
+    cluster.running("lone", "n1", 1, cpu="1", start="2026-01-01T00:00:00Z")
+    cluster.running("member", "n1", 1, cpu="1", group="train", start="2026-01-02T00:00:00Z")
+
+    result = cluster.preempt(preemptor(cpu="1"))
+
+    assert victims(result) == ["lone"]
+
+
+def test_a_group_member_counts_at_its_groups_priority() -> None:
+    cluster = Cluster()
+    cluster.pod_group("critical", 1000, "single")
+    cluster.node("n1", cpu="2")
+    cluster.running("member", "n1", 1, cpu="2", group="critical")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.status.code is Code.UNSCHEDULABLE and not victims(result)
+    assert "No preemption victims found for incoming pod" in result.status.message
+
+
+def test_without_pod_groups_every_pod_is_its_own_victim() -> None:
+    cluster = Cluster(groups=False)
+    cluster.pod_group("train", 1, "all")
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("a", "n1", 1, cpu="2", group="train", start="2026-01-01T00:00:00Z")
+    cluster.running("b", "n2", 1, cpu="2", group="train", start="2026-01-02T00:00:00Z")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert victims(result) == ["b"], "one pod, the one started last"
+
+
+def test_a_group_whose_budget_would_break_is_kept_while_another_choice_exists() -> None:
+    cluster = Cluster(default=[budget("pdb", 0, app="guarded")])
+    cluster.pod_group("train", 1, "all")
+    cluster.node("n1", cpu="2")
+    cluster.node("n2", cpu="2")
+    cluster.running("a", "n1", 1, cpu="1", group="train")
+    cluster.running("guarded", "n2", 1, cpu="1", group="train", app="guarded")
+    cluster.running("other", "n1", 1, cpu="1")
+    cluster.running("peer", "n2", 100, cpu="1")
+
+    result = cluster.preempt(preemptor(cpu="1"))
+
+    assert victims(result) == ["other"], "evicting the group would break its budget through one member"

@@ -305,6 +305,9 @@ class _UnconnectedHandle:
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         return []
 
+    def node_of_pod(self, key: PodKey) -> NodeInfo | None:
+        return None
+
     @property
     def pod_groups(self) -> PodGroupStates:
         return self._pod_groups

@@ -358,6 +358,11 @@ class Handle(Protocol):
         """The pods nominated to a node (QueueingHints that must count the room held for them)."""
         ...
 
+    def node_of_pod(self, key: PodKey) -> NodeInfo | None:
+        """The node a pod is counted on, bound or assumed; None when it is on none (DefaultPreemption's
+        victims of a PodGroup, whose pods run on several nodes)."""
+        ...
+
     @property
     def pod_groups(self) -> PodGroupStates:
         """Pod groups and their members' states, as cached and assumed (GangScheduling)."""

@@ -54,6 +54,8 @@ class PodGroup:
     error: str
     """Why usher cannot schedule this PodGroup's pods ("" when it is well-formed)."""
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    disrupted_together: bool = False
+    """``spec.disruptionMode.all``: preemption evicts all its scheduled pods or none (else one by one)."""
 
     @property
     def gang(self) -> bool:
@@ -112,6 +114,7 @@ class PodGroup:
             workload=workload,
             error=error,
             raw=raw,
+            disrupted_together=isinstance(mode := spec.get("disruptionMode"), Mapping) and mode.get("all") is not None,
         )
 
 

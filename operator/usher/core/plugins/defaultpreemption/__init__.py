@@ -15,6 +15,10 @@ the pod to the chosen node and evicts the victims (``usher.scheduling.preemption
   minCandidateNodesAbsolute)`` candidates are found, at least one of them
   breaking no PodDisruptionBudget.
 - The victims on a node and the best candidate are chosen as in ``victims``.
+  With pod groups known (GenericWorkload), a pod of a PodGroup whose
+  ``disruptionMode`` is All is evicted with every scheduled pod of its group,
+  on whatever node (kube's getCrossNodesVictims), and a pod of a group
+  counts at its group's priority.
 
 Every message is prefixed ``preemption: `` and appended to the pod's
 FailedScheduling message, as kube-scheduler does.
@@ -27,7 +31,7 @@ keep in step as victims are removed and given back.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -35,8 +39,16 @@ from typing import TYPE_CHECKING, Any
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import FilterRunner, Handle, PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
-from usher.core.plugins.defaultpreemption.victims import Candidate, pick_one, select_victims
-from usher.core.types import SUCCESS, Code, PodInfo, Status, reason_histogram
+from usher.core.plugins.defaultpreemption.victims import (
+    GROUP_RANK,
+    Candidate,
+    Victim,
+    pick_one,
+    select_victims,
+    single_pods,
+)
+from usher.core.podgroups import Member
+from usher.core.types import SUCCESS, Code, PodGroupKey, PodInfo, PodKey, Status, reason_histogram
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -169,9 +181,11 @@ class DefaultPreemption:
         violating: list[Candidate] = []
         failed: dict[str, Status] = {}
         budgets = self._handle.disruption_budgets
+        units = self._units if self._handle.pod_groups.enabled else single_pods
         for i in range(len(potential)):
             node = potential[(offset + i) % len(potential)]
-            candidate, status = select_victims(pod, node, partial(_Trial, state, pod, node, filters), budgets)
+            trial = partial(_Trial, state, pod, node, filters, self._handle.node_of_pod)
+            candidate, status = select_victims(pod, node, trial, budgets, units)
             if candidate is None:
                 assert status is not None
                 failed[node.name] = status
@@ -183,23 +197,78 @@ class DefaultPreemption:
                 break
         return clean + violating, failed
 
+    def _units(self, node: NodeInfo) -> list[Victim]:
+        """The victims the node's pods belong to: a pod of a PodGroup disrupted together brings every
+        scheduled pod of its group; a pod of a group counts at the group's priority."""
+        groups = self._handle.pod_groups
+        units: list[Victim] = []
+        seen: set[PodGroupKey] = set()
+        for pod in node.pods.values():
+            key = pod.group_key
+            group = groups.pod_group(key) if key is not None else None
+            if key is None or group is None:
+                units.append(Victim.single(pod) if key is None else Victim((pod,), pod.priority, GROUP_RANK))
+                continue
+            if not group.disrupted_together:
+                units.append(Victim((pod,), group.priority, GROUP_RANK))
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
+            units.append(Victim(self._scheduled_members(key, pod), group.priority, GROUP_RANK))
+        return units
+
+    def _scheduled_members(self, key: PodGroupKey, pod: PodInfo) -> tuple[PodInfo, ...]:
+        """Every bound or assumed pod of the group, as counted on its node (``pod`` at least)."""
+        state = self._handle.pod_groups.get(key)
+        members: list[PodInfo] = []
+        for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
+            node = self._handle.node_of_pod(member)
+            counted = node.pods.get(member) if node is not None else None
+            if counted is not None:
+                members.append(counted)
+        return tuple(members) if any(m.key == pod.key for m in members) else (pod,)
+
 
 class _Trial:
-    """One node's dry run: a copy of it and of the cycle state, kept in step by the PreFilter extensions."""
+    """One node's dry run: a copy of it and of the cycle state, kept in step by the PreFilter extensions.
 
-    def __init__(self, state: CycleState, pod: PodInfo, node: NodeInfo, filters: FilterRunner) -> None:
+    A victim's pod on another node (a PodGroup evicted as one) changes only the cycle state, told with
+    that node as cached; its Filter is never run (kube-scheduler's SelectVictimsOnNode)."""
+
+    def __init__(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node: NodeInfo,
+        filters: FilterRunner,
+        node_of_pod: Callable[[PodKey], NodeInfo | None],
+    ) -> None:
         self._state = state.clone()
         self._pod = pod
+        self._origin = node
         self._node = node.clone()
         self._filters = filters
+        self._node_of_pod = node_of_pod
+
+    def _where(self, victim: PodInfo) -> NodeInfo | None:
+        if victim.key in self._origin.pods:
+            return self._node
+        return self._node_of_pod(victim.key)
 
     def remove(self, victim: PodInfo) -> None:
-        self._node.remove_pod(victim.key)
-        self._filters.remove_pod(self._state, self._pod, victim, self._node)
+        node = self._where(victim)
+        if node is self._node:
+            self._node.remove_pod(victim.key)
+        if node is not None:
+            self._filters.remove_pod(self._state, self._pod, victim, node)
 
     def add(self, victim: PodInfo) -> None:
-        self._node.add_pod(victim)
-        self._filters.add_pod(self._state, self._pod, victim, self._node)
+        node = self._where(victim)
+        if node is self._node:
+            self._node.add_pod(victim)
+        if node is not None:
+            self._filters.add_pod(self._state, self._pod, victim, node)
 
     def fits(self) -> Status | None:
         return self._filters.filter_node(self._state, self._pod, self._node)

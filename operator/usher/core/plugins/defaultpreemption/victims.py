@@ -1,17 +1,22 @@
 """Which pods to evict on one node, and which node's eviction costs least. Pure.
 
-kube-scheduler's ``SelectVictimsOnNode`` and ``pickOneNodeForPreemption``,
-for single pods (gang victims come with PodGroups):
+kube-scheduler's ``SelectVictimsOnNode`` and ``pickOneNodeForPreemption``:
 
-- every pod of lower priority than the preemptor is a potential victim; if
+- a victim is what is evicted as one (kube's Victim): a pod, or every
+  scheduled pod of a PodGroup whose ``disruptionMode`` is All, wherever they
+  run (``units`` builds them for a node's pods); its priority is its
+  PodGroup's, else the pod's;
+- every victim of lower priority than the preemptor is a potential one; if
   the preemptor does not fit once all of them are gone (nominated pods of
-  its priority or higher counted), the node is no candidate;
-- the potential victims, most important first (higher priority, then
-  earlier start), are split into those whose eviction would break a
-  PodDisruptionBudget and the rest; each is then given back to the node
-  ("reprieved") if the preemptor still fits with it, budget-breaking ones
-  first, so as few budgets as possible break and the most important pods
-  stay;
+  its priority or higher counted), the node is no candidate; a victim's pods
+  on other nodes leave only the cycle state's counts (PodTopologySpread's,
+  InterPodAffinity's), not those nodes, whose Filter is not run;
+- the potential victims, most important first (higher priority; a PodGroup's
+  before a lone pod's; the larger group; the earlier start), are split into
+  those whose eviction would break a PodDisruptionBudget (any of its pods
+  does) and the rest; each is then given back ("reprieved") if the preemptor
+  still fits with it, budget-breaking ones first, so as few budgets as
+  possible break and the most important victims stay;
 - of the candidate nodes, the one with the fewest budget violations wins,
   then the lowest highest victim priority, the lowest sum of priorities,
   the fewest victims, and the latest start among its highest-priority
@@ -33,7 +38,8 @@ MAX_INT32 = 2**31 - 1
 
 class Trial(Protocol):
     """A copy of one node (with a clone of the cycle state) to remove and add pods on, and the
-    preemptor's Filter on it: None if it fits, else the rejection."""
+    preemptor's Filter on it: None if it fits, else the rejection. A pod of another node changes
+    only the cycle state."""
 
     def remove(self, pod: PodInfo) -> None: ...
 
@@ -44,6 +50,37 @@ class Trial(Protocol):
 
 Budgets = Callable[[str], Sequence[DisruptionBudget]]
 """A namespace's PodDisruptionBudgets."""
+
+
+POD_RANK = 1
+GROUP_RANK = 2
+"""kube's victimRank: a victim of a PodGroup outranks a lone pod's (GenericWorkload on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """What preemption evicts as one: a pod, or every scheduled pod of a PodGroup disrupted together."""
+
+    pods: tuple[PodInfo, ...]
+    priority: int
+    rank: int = POD_RANK
+
+    @classmethod
+    def single(cls, pod: PodInfo) -> Victim:
+        return cls((pod,), pod.priority)
+
+    @property
+    def start(self) -> tuple[int, str]:
+        return min(start_key(p) for p in self.pods)
+
+
+Units = Callable[[NodeInfo], Sequence[Victim]]
+"""The victims a node's pods belong to, each once."""
+
+
+def single_pods(node: NodeInfo) -> list[Victim]:
+    """Each pod its own victim (GenericWorkload off: pod groups are not known)."""
+    return [Victim.single(pod) for pod in node.pods.values()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,81 +97,95 @@ def start_key(pod: PodInfo) -> tuple[int, str]:
     return (0, pod.start_time) if pod.start_time else (1, "")
 
 
-def importance(pod: PodInfo) -> tuple[int, tuple[int, str]]:
-    """Sort key putting the more important victim first: higher priority, then the one started earlier."""
-    return (-pod.priority, start_key(pod))
+def importance(victim: Victim) -> tuple[int, int, int, tuple[int, str]]:
+    """Sort key putting the more important victim first (kube's MoreImportantVictim): higher priority,
+    a PodGroup's before a lone pod's, more pods, then the one started earlier."""
+    return (-victim.priority, -victim.rank, -len(victim.pods), victim.start)
 
 
-def split_by_budgets(victims: Sequence[PodInfo], budgets: Budgets) -> tuple[list[tuple[PodInfo, int]], list[PodInfo]]:
-    """(victims whose eviction breaks a budget, each with its count of broken pods, 1; the others).
+def split_by_budgets(victims: Sequence[Victim], budgets: Budgets) -> tuple[list[tuple[Victim, int]], list[Victim]]:
+    """(victims whose eviction breaks a budget, each with its count of budget-breaking pods; the others).
 
-    A budget's ``disruptionsAllowed`` is spent by each victim it selects, in
-    order; a victim that finds one overspent breaks it. Pods the budget
-    already counts as disrupted spend nothing. Pods without labels match no
-    budget.
+    A budget's ``disruptionsAllowed`` is spent by each pod it selects, in
+    order; a pod that finds one overspent breaks it, and so does the victim it
+    belongs to, as a whole. Pods the budget already counts as disrupted spend
+    nothing. Pods without labels match no budget.
     """
     allowed: dict[tuple[str, str], int] = {}
-    violating: list[tuple[PodInfo, int]] = []
-    rest: list[PodInfo] = []
-    for pod in victims:
-        breaks = False
-        if pod.labels:
-            for budget in budgets(pod.namespace):
-                if budget.namespace != pod.namespace or not budget.selects(pod.labels):
-                    continue
-                if pod.name in budget.disrupted_pods:
-                    continue
-                key = (budget.namespace, budget.name)
-                left = allowed.get(key, budget.disruptions_allowed) - 1
-                allowed[key] = left
-                if left < 0:
-                    breaks = True
-                    break
-        if breaks:
-            violating.append((pod, 1))
+
+    def breaks(pod: PodInfo) -> bool:
+        if not pod.labels:
+            return False
+        for budget in budgets(pod.namespace):
+            if budget.namespace != pod.namespace or not budget.selects(pod.labels):
+                continue
+            if pod.name in budget.disrupted_pods:
+                continue
+            key = (budget.namespace, budget.name)
+            left = allowed.get(key, budget.disruptions_allowed) - 1
+            allowed[key] = left
+            if left < 0:
+                return True
+        return False
+
+    violating: list[tuple[Victim, int]] = []
+    rest: list[Victim] = []
+    for victim in victims:
+        count = sum(1 for pod in victim.pods if breaks(pod))
+        if count:
+            violating.append((victim, count))
         else:
-            rest.append(pod)
+            rest.append(victim)
     return violating, rest
 
 
 def select_victims(
-    preemptor: PodInfo, node: NodeInfo, new_trial: Callable[[], Trial], budgets: Budgets
+    preemptor: PodInfo,
+    node: NodeInfo,
+    new_trial: Callable[[], Trial],
+    budgets: Budgets,
+    units: Units = single_pods,
 ) -> tuple[Candidate | None, Status | None]:
     """The fewest, least important victims on ``node`` (a candidate), or why preemption cannot help there.
 
     ``new_trial`` copies the node and the cycle state: called only for a node with possible victims, so
     a node without any (the common case among equal priorities) costs no copy."""
-    possible = sorted((p for p in node.pods.values() if p.priority < preemptor.priority), key=importance)
+    if not any(p.priority < preemptor.priority for p in node.pods.values()):
+        return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_VICTIMS,))
+    possible = sorted((v for v in units(node) if v.priority < preemptor.priority), key=importance)
     if not possible:
         return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_VICTIMS,))
     trial = new_trial()
-    for pod in possible:
-        trial.remove(pod)
+    for victim in possible:
+        for pod in victim.pods:
+            trial.remove(pod)
     rejection = trial.fits()
     if rejection is not None:
         return None, rejection
     violating, rest = split_by_budgets(possible, budgets)
-    victims: list[PodInfo] = []
+    evicted: list[Victim] = []
 
-    def reprieve(pod: PodInfo) -> bool:
-        trial.add(pod)
+    def reprieve(victim: Victim) -> bool:
+        for pod in victim.pods:
+            trial.add(pod)
         if trial.fits() is None:
             return True
-        trial.remove(pod)
-        victims.append(pod)
+        for pod in victim.pods:
+            trial.remove(pod)
+        evicted.append(victim)
         return False
 
     violations = 0
-    for pod, count in violating:
-        if not reprieve(pod):
+    for victim, count in violating:
+        if not reprieve(victim):
             violations += count
-    for pod in rest:
-        reprieve(pod)
+    for victim in rest:
+        reprieve(victim)
     if violating and rest:
-        victims.sort(key=importance)
-    if not victims:  # cannot happen: the pod did not fit with every possible victim there
+        evicted.sort(key=importance)
+    if not evicted:  # cannot happen: the pod did not fit with every possible victim there
         return None, Status(Code.ERROR, (f"expected at least one victim pod on node {node.name!r}",))
-    return Candidate(node.name, tuple(victims), violations), None
+    return Candidate(node.name, tuple(pod for victim in evicted for pod in victim.pods), violations), None
 
 
 def pick_one(candidates: Sequence[Candidate]) -> Candidate:
