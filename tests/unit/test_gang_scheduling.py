@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import make_pod, make_pod_group
+from tests.builders import make_node, make_pod, make_pod_group
 from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
 from tests.unit.test_scheduling import Harness, RecordingRecorder, RecordingWriter, ScriptedBinder
 from usher.app import build_scheduler
@@ -287,7 +287,7 @@ async def test_a_malformed_pod_group_is_reported_on_the_pods_it_blocks(gangs: Ga
     await gangs.until(lambda: (other, "n1") in gangs.binder.calls, "everything else is still scheduled")
 
 
-# -- preemption where single pods decide ---------------------------------------------------------
+# -- preemption: single pods where they decide, else the whole group (workload-aware) -------------
 
 
 @pytest.mark.parametrize(
@@ -296,10 +296,10 @@ async def test_a_malformed_pod_group_is_reported_on_the_pods_it_blocks(gangs: Ga
     ids=[
         "a gang of one preempts as a pod would",
         "a gang one pod short preempts for that pod",
-        "a gang short of two pods preempts nothing (workload-aware preemption)",
+        "a gang that cannot fit even without every victim evicts nobody",
     ],
 )
-async def test_a_gang_preempts_only_where_one_pod_decides(
+async def test_a_gang_preempts_only_what_lets_it_fit(
     gangs: Gangs, min_count: int, members: int, preempts: bool
 ) -> None:
     gangs.nodes("n1", cpu="2")
@@ -319,7 +319,81 @@ async def test_a_gang_preempts_only_where_one_pod_decides(
     nominated = [m for i in range(members) if gangs.scheduler.queue.nominator.node_of(m := PodKey(f"default/m{i}"))]
     assert victim_marked == preempts
     assert len(nominated) == (1 if preempts else 0)
-    assert gangs.recorder.preemption_attempts == (1 if preempts else 0)
+    assert gangs.recorder.preemption_attempts == 1, "the one-pod PostFilter, or the group's"
+    if not preempts:
+        assert all("preemption: " in note for note in gangs.failed_notes("m0", "m1", "m2"))
+
+
+def marked(gangs: Gangs) -> set[str]:
+    """The pods preemption marked as disruption targets: status patches of pods that are no members."""
+    calls = gangs.writer.calls
+    return {str(c.object_key) for c in calls if c.call_type == "pod_status_patch" and "/m" not in str(c.object_key)}
+
+
+async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(gangs: Gangs) -> None:
+    for node in ("n1", "n2", "n3"):
+        gangs.nodes(node, cpu="2")
+    for node in ("n1", "n2"):
+        gangs.pod(make_pod().name(f"low-{node}").priority(1).node(node).req(cpu="2").obj())
+    gangs.pod(make_pod().name("high-n3").priority(1000).node("n3").req(cpu="2").obj())
+    gangs.pod_group("train", 2, priority=100)
+    for i in range(2):
+        gangs.member(f"m{i}", cpu="2", priority=100)
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
+
+    assert marked(gangs) == {"default/low-n1", "default/low-n2"}
+    nominator = gangs.scheduler.queue.nominator
+    assert {nominator.node_of(PodKey(f"default/m{i}")) for i in range(2)} == {"n1", "n2"}
+    assert gangs.failed_notes("m0")[0].endswith("preemption: found a placement for podgroup, preempting 2 victims")
+    assert gangs.scheduler.cache.node("n1").pods and gangs.scheduler.cache.node("n2").pods, "the cache is restored"
+
+
+async def test_a_gang_keeps_the_victims_it_can_live_with(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="4")
+    node = make_node().name("n2").capacity(cpu="2", memory="4Gi", pods=110).label("pool", "b").obj()
+    gangs.scheduler.events.on_node("ADDED", node)
+    gangs.pod(make_pod().name("small").priority(1).node("n1").req(cpu="1").obj())
+    gangs.pod(make_pod().name("big").priority(2).node("n1").req(cpu="3").obj())
+    gangs.pod(make_pod().name("other").priority(1).node("n2").req(cpu="2").obj())
+    gangs.pod_group("train", 2, priority=100)
+    gangs.member("m0", cpu="3", priority=100)
+    gangs.member("m1", cpu="2", priority=100, nodeSelector={"pool": "b"})
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
+
+    # m0 needs 3 cpu on n1 (big goes, small stays), m1 takes n2 (other goes).
+    assert marked(gangs) == {"default/big", "default/other"}
+
+
+async def test_a_gang_never_evicts_a_group_of_its_priority_or_above(gangs: Gangs) -> None:
+    gangs.nodes("n1", cpu="2")
+    gangs.nodes("n2", cpu="2")
+    gangs.pod(make_pod().name("peer-1").priority(100).node("n1").req(cpu="2").obj())
+    gangs.pod(make_pod().name("low-2").priority(1).node("n2").req(cpu="2").obj())
+    gangs.pod_group("train", 2, priority=100)
+    for i in range(2):
+        gangs.member(f"m{i}", cpu="2", priority=100)
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
+
+    assert marked(gangs) == set(), "one victim frees room for one member: the gang still does not fit"
+    assert gangs.scheduler.queue.nominator.node_of(PodKey("default/m0")) is None
+    assert gangs.recorder.preemption_attempts == 1
+
+
+async def test_a_gang_of_preemption_policy_never_evicts_nobody(gangs: Gangs) -> None:
+    for node in ("n1", "n2"):
+        gangs.nodes(node, cpu="2")
+        gangs.pod(make_pod().name(f"low-{node}").priority(1).node(node).req(cpu="2").obj())
+    gangs.pod_group("train", 2, priority=100)
+    for i in range(2):
+        gangs.member(f"m{i}", cpu="2", priority=100, preemptionPolicy="Never")
+
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
+
+    assert marked(gangs) == set()
+    assert "preemption: not eligible due to preemptionPolicy=Never." in gangs.failed_notes("m0")[0]
 
 
 # -- the barrier before Bind -------------------------------------------------------------

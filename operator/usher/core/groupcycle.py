@@ -27,14 +27,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
-from usher.core.cache import Cache
+from usher.core.cache import Cache, SetAside
 from usher.core.cycle import NodeSampler, ScheduleResult, schedule
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PlacementProgress
 from usher.core.framework.runtime import Framework
+from usher.core.plugins.defaultpreemption.victims import Budgets, Units, Victim, importance, split_by_budgets
 from usher.core.podgroups import PodGroup
-from usher.core.types import Code, PodInfo, Status, error
+from usher.core.types import Code, NodeName, PodInfo, PodKey, Status, error
 
 GROUP_UNSCHEDULABLE = "pod group is unschedulable"
 """kube-scheduler's errPodGroupUnschedulable: the status of a group that placed nobody."""
@@ -203,3 +205,158 @@ def validate_group(group: PodGroup, pods: Sequence[PodInfo], scheduled: Sequence
                 f"got {pod.preemption_policy} and {policy}"
             )
     return ""
+
+
+NO_GROUP_VICTIMS = "No preemption victims found for incoming preemptor"
+NEVER = "Never"
+
+
+@dataclass(slots=True)
+class GroupPreemption:
+    """Workload-aware preemption's answer for a group: where each member goes and whom to evict."""
+
+    status: Status
+    nominations: dict[PodKey, NodeName] = field(default_factory=dict)
+    """Each member placed in the dry run, and its node (kube's ModeOverride nominations)."""
+    victims: tuple[PodInfo, ...] = ()
+    budget_violations: int = 0
+    ongoing: bool = False
+    """The members' nominated nodes still have victims terminating: nothing new is evicted."""
+
+
+def preempt_for_group(
+    framework: Framework,
+    group: PodGroup,
+    pods: Sequence[PodInfo],
+    cache: Cache,
+    *,
+    scheduled: int,
+    new_state: Callable[[], CycleState],
+    rng: random.Random,
+    units: Units,
+    budgets: Budgets,
+    terminating: Callable[[PodInfo], bool],
+    sampler: NodeSampler | None = None,
+) -> GroupPreemption:
+    """kube-scheduler's PodGroupEvaluator.Preempt for a group that did not fit: the whole cluster is
+    the domain. Every victim of lower priority than the group leaves the cache, the group is
+    simulated again (all or nothing); if it fits, victims are given back one by one, most important
+    first (budget-breaking ones first), while every placed member still passes Filter on its node
+    with the members before it assumed and reserved. The cache is as it was on return.
+
+    ``units`` builds the victims a node's pods belong to; ``terminating`` tells a pod being evicted.
+    """
+    if pods and pods[0].preemption_policy == NEVER:
+        return GroupPreemption(Status(Code.UNSCHEDULABLE, ("not eligible due to preemptionPolicy=Never.",)))
+    if _ongoing(group, pods, cache, terminating):
+        nominations = {p.key: NodeName(p.nominated_node_name) for p in pods if p.nominated_node_name}
+        return GroupPreemption(
+            Status(Code.SUCCESS, ("ongoing preemption on nominated nodes",)), nominations, ongoing=True
+        )
+    seen: set[tuple[PodKey, ...]] = set()
+    potential: list[Victim] = []
+    for node in cache.node_infos():
+        for victim in units(node):
+            identity = tuple(sorted(p.key for p in victim.pods))
+            if identity not in seen:
+                seen.add(identity)
+                if victim.priority < group.priority:
+                    potential.append(victim)
+    if not potential:
+        return GroupPreemption(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_GROUP_VICTIMS,)))
+    aside: dict[PodKey, SetAside] = {}
+    try:
+        for victim in potential:
+            for pod in victim.pods:
+                if (lifted := cache.set_aside(pod.key)) is not None:
+                    aside[pod.key] = lifted
+        simulation = simulate_group(
+            framework, group, pods, cache, scheduled=scheduled, new_state=new_state, rng=rng, sampler=sampler
+        )
+        simulation.revert()
+        if not simulation.status.ok:
+            return GroupPreemption(simulation.status)
+        placed = simulation.placed
+        evicted, violations = _reprieve(framework, cache, placed, potential, aside, budgets)
+    finally:
+        for lifted in aside.values():
+            cache.put_back(lifted)
+    nominations = {m.pod.key: m.result.node for m in placed if m.result.node is not None}
+    victims = tuple(pod for victim in evicted for pod in victim.pods)
+    message = f"found a placement for podgroup, preempting {len(victims)} victims"
+    return GroupPreemption(Status(Code.SUCCESS, (message,)), nominations, victims, violations)
+
+
+def _ongoing(group: PodGroup, pods: Sequence[PodInfo], cache: Cache, terminating: Callable[[PodInfo], bool]) -> bool:
+    """kube's isOngoingPreemption: a member's nominated node holds a lower-priority pod being evicted."""
+    for node_name in {p.nominated_node_name for p in pods if p.nominated_node_name}:
+        node = cache.node(node_name)
+        if node is not None and any(o.priority < group.priority and terminating(o) for o in node.pods.values()):
+            return True
+    return False
+
+
+def _unassume(framework: Framework, cache: Cache, member: MemberOutcome, node: NodeName) -> None:
+    framework.run_unreserve(member.state, member.pod, node)
+    cache.forget(member.pod)
+
+
+def _reprieve(
+    framework: Framework,
+    cache: Cache,
+    placed: Sequence[MemberOutcome],
+    potential: list[Victim],
+    aside: dict[PodKey, SetAside],
+    budgets: Budgets,
+) -> tuple[list[Victim], int]:
+    """Give back what the placed members can live with; (the victims evicted, budget violations)."""
+    potential.sort(key=importance)
+    violating, rest = split_by_budgets(potential, budgets)
+    evicted: list[Victim] = []
+
+    def tell(victim: Victim, added: bool) -> None:
+        for pod in victim.pods:
+            node = cache.node(aside[pod.key].node) if pod.key in aside else None
+            if node is None:
+                continue
+            for member in placed:
+                if added:
+                    framework.add_pod(member.state, member.pod, pod, node)
+                else:
+                    framework.remove_pod(member.state, member.pod, pod, node)
+
+    def fits_with(victim: Victim) -> bool:
+        for pod in victim.pods:
+            if pod.key in aside:
+                cache.put_back(aside[pod.key])
+        tell(victim, added=True)
+        undo: list[Callable[[], None]] = []
+        fits = True
+        for member in placed:
+            node_name = member.result.node
+            node = cache.node(node_name) if node_name is not None else None
+            if node_name is None or node is None or framework.filter_node(member.state, member.pod, node) is not None:
+                fits = False
+                break
+            cache.assume(member.pod, node_name)
+            framework.run_reserve(member.state, member.pod, node_name)
+            undo.append(partial(_unassume, framework, cache, member, node_name))
+        for revert in reversed(undo):
+            revert()
+        if not fits:
+            for pod in victim.pods:
+                if pod.key in aside:
+                    cache.set_aside(pod.key)
+            tell(victim, added=False)
+        return fits
+
+    violations = 0
+    for victim, count in violating:
+        if not fits_with(victim):
+            evicted.append(victim)
+            violations += count
+    for victim in rest:
+        if not fits_with(victim):
+            evicted.append(victim)
+    evicted.sort(key=importance)
+    return evicted, violations

@@ -15,8 +15,11 @@ come in between, so the cache is one snapshot for the whole group):
    runs see the members placed: for each member that did not fit when the
    outcome hangs on single pods (the basic policy, a gang whose quorum is
    met, or a gang one pod short of it: that pod's room is all it needs).
-   A gang short of two or more pods needs workload-aware preemption, which
-   usher does not have: nothing is preempted for it;
+   A gang short of two or more pods gets workload-aware preemption after the
+   simulation is reverted (kube-scheduler's PodGroupPostFilter,
+   ``core.groupcycle.preempt_for_group``): lower-priority victims leave the
+   cache, the group is simulated again, victims it can live with are given
+   back; each member it placed is nominated to its node and the rest evicted;
 4. revert the simulation, then commit a group that succeeded: each placed
    member assumed, reserved and through Permit again, one by one, so
    GangScheduling's Permit holds the first ones (WaitingPods) until the one
@@ -45,7 +48,7 @@ from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
 from usher.core.groupcycle import GroupSimulation, MemberOutcome, simulate_group, validate_group
 from usher.core.podgroups import Member, PodGroup
 from usher.core.queue import QueuedPod, SchedulingQueue
-from usher.core.types import Code, PodKey
+from usher.core.types import Code, PodInfo, PodKey
 from usher.scheduling.failures import SchedulingFailures
 from usher.scheduling.gang_binding import GangCommits
 from usher.scheduling.podgroup_conditions import PodGroupConditions
@@ -130,6 +133,8 @@ class PodGroupCycle:
             return []
         outcomes = self._post_filter(framework, simulation)
         simulation.revert()
+        if simulation.status.code is Code.UNSCHEDULABLE and group.gang and simulation.short > 1:
+            outcomes = self._preempt_group(framework, simulation, pods, state.scheduled_count)
         by_key = {queued.key: queued for queued in members}
         if not simulation.status.ok:
             self._unschedulable(framework, simulation, by_key, outcomes, started)
@@ -164,6 +169,27 @@ class PodGroupCycle:
             outcomes[member.pod.key] = outcome
             if simulation.group.gang and short == 1 and outcome.nominated:
                 break  # the one pod the gang lacks has its room
+        return outcomes
+
+    def _preempt_group(
+        self, framework: Framework, simulation: GroupSimulation, pods: Sequence[PodInfo], scheduled: int
+    ) -> dict[PodKey, PostFilterOutcome]:
+        """Workload-aware preemption for a gang short of two or more pods (step 3b of the module docstring),
+        once its simulation is reverted: each member's message gains preemption's, each placed member its
+        nominated node."""
+        outcome = self._preemptor.group_post_filter(
+            framework, simulation.group, pods, self._cache, scheduled=scheduled, new_state=self._new_state,
+            rng=self._rng, sampler=self._sampler,
+        )  # fmt: skip
+        if outcome is None:
+            return {}
+        suffix = f"preemption: {outcome.status.message}" if outcome.status.message else ""
+        fit_errors = {member.pod.key: member.message for member in simulation.members}
+        outcomes: dict[PodKey, PostFilterOutcome] = {}
+        for pod in pods:
+            message = f"{fit_errors.get(pod.key, '')} {suffix}".strip()
+            node = outcome.nominations.get(pod.key) if outcome.status.ok else None
+            outcomes[pod.key] = PostFilterOutcome(message, node)
         return outcomes
 
     def _commit(

@@ -16,6 +16,7 @@ dispatcher. A victim already gone is not an error. Each victim gets a
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,12 +25,15 @@ from typing import Any
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.preempting import disruption_condition_call, victim_delete_call
 from usher.adapters.reporting import pod_status_call
-from usher.core.cache import NodeInfo
-from usher.core.cycle import ScheduleResult
+from usher.core.cache import Cache, NodeInfo
+from usher.core.cycle import NodeSampler, ScheduleResult
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
 from usher.core.framework.runtime import Framework
+from usher.core.groupcycle import GroupPreemption, preempt_for_group
+from usher.core.plugins.defaultpreemption.victims import group_units
+from usher.core.podgroups import PodGroup
 from usher.core.queue import SchedulingQueue
 from usher.core.types import PodInfo, PodKey
 from usher.scheduling.podevents import PodEvents
@@ -148,15 +152,56 @@ class Preemptor:
         """``result`` nominated a node: hold it for ``pod`` and evict the victims."""
         node = result.nominated_node
         assert node is not None
-        plugin = result.status.plugin or DEFAULT_PREEMPTION
         self._clear_lower_nominations(pod, node)
         self._queue.nominate(pod, node)
-        self._recorder.preemption_victims_chosen(len(result.victims))
-        logger.info(
-            "pod %s nominated to %s; preempting %s", pod.key, node, ", ".join(v.key for v in result.victims) or "none"
-        )
+        self._evict(pod, node, result.victims, profile, result.status.plugin or DEFAULT_PREEMPTION)
+
+    def group_post_filter(
+        self,
+        framework: Framework,
+        group: PodGroup,
+        pods: Sequence[PodInfo],
+        cache: Cache,
+        *,
+        scheduled: int,
+        new_state: Callable[[], CycleState],
+        rng: random.Random,
+        sampler: NodeSampler | None,
+    ) -> GroupPreemption | None:
+        """Workload-aware preemption for a group that did not fit (DefaultPreemption's PodGroupPostFilter);
+        None when the profile has no DefaultPreemption. On success each placed member is nominated to
+        its node and the victims are evicted, attributed to the first member (whose PreEnqueue holds it
+        while the calls run)."""
+        if not any(p.name == DEFAULT_PREEMPTION for p in framework.plugins.post_filter):
+            return None
+        groups = cache.pod_groups
+
+        def node_of_pod(key: PodKey) -> NodeInfo | None:
+            node = cache.node_of(key)
+            return cache.node(node) if node is not None else None
+
+        outcome = preempt_for_group(
+            framework, group, pods, cache, scheduled=scheduled, new_state=new_state, rng=rng, sampler=sampler,
+            units=group_units(groups, node_of_pod), budgets=cache.disruption_budgets,
+            terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
+        )  # fmt: skip
+        self._recorder.preemption_attempted()
+        if not outcome.status.ok or outcome.ongoing or not outcome.nominations:
+            return outcome
+        by_key = {pod.key: pod for pod in pods}
+        members = [(by_key[key], node) for key, node in outcome.nominations.items() if key in by_key]
+        for pod, node in members:
+            self._clear_lower_nominations(pod, node)
+            self._queue.nominate(pod, node)
+        first, node = members[0]
+        self._evict(first, node, outcome.victims, framework.scheduler_name, DEFAULT_PREEMPTION)
+        return outcome
+
+    def _evict(self, pod: PodInfo, node: str, victims: Sequence[PodInfo], profile: str, plugin: str) -> None:
+        self._recorder.preemption_victims_chosen(len(victims))
+        logger.info("pod %s nominated to %s; preempting %s", pod.key, node, ", ".join(v.key for v in victims) or "none")
         to_delete = []
-        for victim in result.victims:
+        for victim in victims:
             note = f"Preempted by pod {pod.uid} on node {node}"
             if victim.key in self._waiting_pods:
                 self._waiting_pods.reject(victim.key, plugin, "preempted")

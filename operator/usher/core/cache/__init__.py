@@ -7,6 +7,7 @@ from usher.core.cache.budgets import DisruptionBudget
 from usher.core.cache.caching import (
     Cache,
     NodeList,
+    SetAside,
     claims_in_use,
     nodes_with_affinity_pods,
     nodes_with_required_anti_affinity_pods,
@@ -19,6 +20,7 @@ __all__ = [
     "DisruptionBudget",
     "NodeInfo",
     "NodeList",
+    "SetAside",
     "claims_in_use",
     "nodes_with_affinity_pods",
     "nodes_with_required_anti_affinity_pods",

@@ -25,6 +25,7 @@ a placeholder NodeInfo so it is counted once the node appears.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from usher.core.cache.budgets import DisruptionBudget
@@ -88,6 +89,15 @@ def claims_in_use(nodes: Sequence[NodeInfo]) -> Mapping[str, int]:
             for key in pod_claim_keys(pod):
                 counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A pod taken off its node by `Cache.set_aside`."""
+
+    pod: PodInfo
+    node: NodeName
+    assumed: bool
 
 
 class Cache:
@@ -256,6 +266,22 @@ class Cache:
             if counted is None or counted.uid == pod.uid:
                 self._unplace(pod.key)
                 self.pod_groups.track(pod, Member.UNSCHEDULED)
+
+    def set_aside(self, key: PodKey) -> SetAside | None:
+        """Take a counted pod off its node for a dry run (workload-aware preemption's victims), its
+        pod-group membership untouched; `put_back` restores it as it was. None if it is not counted."""
+        node = self._pod_nodes.get(key)
+        pod = self.pod(key)
+        if node is None or pod is None:
+            return None
+        assumed = key in self._assumed
+        self._unplace(key)
+        return SetAside(pod, node, assumed)
+
+    def put_back(self, aside: SetAside) -> None:
+        self._place(aside.pod, aside.node)
+        if aside.assumed:
+            self._assumed.add(aside.pod.key)
 
     def is_assumed(self, key: PodKey) -> bool:
         return key in self._assumed

@@ -39,16 +39,8 @@ from typing import TYPE_CHECKING, Any
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import FilterRunner, Handle, PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
-from usher.core.plugins.defaultpreemption.victims import (
-    GROUP_RANK,
-    Candidate,
-    Victim,
-    pick_one,
-    select_victims,
-    single_pods,
-)
-from usher.core.podgroups import Member
-from usher.core.types import SUCCESS, Code, PodGroupKey, PodInfo, PodKey, Status, reason_histogram
+from usher.core.plugins.defaultpreemption.victims import Candidate, group_units, pick_one, select_victims, single_pods
+from usher.core.types import SUCCESS, Code, PodInfo, PodKey, Status, reason_histogram
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -181,7 +173,8 @@ class DefaultPreemption:
         violating: list[Candidate] = []
         failed: dict[str, Status] = {}
         budgets = self._handle.disruption_budgets
-        units = self._units if self._handle.pod_groups.enabled else single_pods
+        groups = self._handle.pod_groups
+        units = group_units(groups, self._handle.node_of_pod) if groups.enabled else single_pods
         for i in range(len(potential)):
             node = potential[(offset + i) % len(potential)]
             trial = partial(_Trial, state, pod, node, filters, self._handle.node_of_pod)
@@ -196,38 +189,6 @@ class DefaultPreemption:
             if clean and len(clean) + len(violating) >= wanted:
                 break
         return clean + violating, failed
-
-    def _units(self, node: NodeInfo) -> list[Victim]:
-        """The victims the node's pods belong to: a pod of a PodGroup disrupted together brings every
-        scheduled pod of its group; a pod of a group counts at the group's priority."""
-        groups = self._handle.pod_groups
-        units: list[Victim] = []
-        seen: set[PodGroupKey] = set()
-        for pod in node.pods.values():
-            key = pod.group_key
-            group = groups.pod_group(key) if key is not None else None
-            if key is None or group is None:
-                units.append(Victim.single(pod) if key is None else Victim((pod,), pod.priority, GROUP_RANK))
-                continue
-            if not group.disrupted_together:
-                units.append(Victim((pod,), group.priority, GROUP_RANK))
-                continue
-            if key in seen:
-                continue
-            seen.add(key)
-            units.append(Victim(self._scheduled_members(key, pod), group.priority, GROUP_RANK))
-        return units
-
-    def _scheduled_members(self, key: PodGroupKey, pod: PodInfo) -> tuple[PodInfo, ...]:
-        """Every bound or assumed pod of the group, as counted on its node (``pod`` at least)."""
-        state = self._handle.pod_groups.get(key)
-        members: list[PodInfo] = []
-        for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
-            node = self._handle.node_of_pod(member)
-            counted = node.pods.get(member) if node is not None else None
-            if counted is not None:
-                members.append(counted)
-        return tuple(members) if any(m.key == pod.key for m in members) else (pod,)
 
 
 class _Trial:

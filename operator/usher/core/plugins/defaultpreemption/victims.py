@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from usher.core.cache import DisruptionBudget, NodeInfo
-from usher.core.types import Code, NodeName, PodInfo, Status
+from usher.core.podgroups import Member, PodGroupStates
+from usher.core.types import Code, NodeName, PodGroupKey, PodInfo, PodKey, Status
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
 MAX_INT32 = 2**31 - 1
@@ -81,6 +82,39 @@ Units = Callable[[NodeInfo], Sequence[Victim]]
 def single_pods(node: NodeInfo) -> list[Victim]:
     """Each pod its own victim (GenericWorkload off: pod groups are not known)."""
     return [Victim.single(pod) for pod in node.pods.values()]
+
+
+def group_units(groups: PodGroupStates, node_of_pod: Callable[[PodKey], NodeInfo | None]) -> Units:
+    """Victims as kube-scheduler builds them with pod groups known (getCrossNodesVictims): a pod of a
+    PodGroup disrupted together brings every bound or assumed pod of its group, wherever it runs;
+    a pod of a group counts at the group's priority."""
+
+    def members(key: PodGroupKey, pod: PodInfo) -> tuple[PodInfo, ...]:
+        state = groups.get(key)
+        found: list[PodInfo] = []
+        for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
+            node = node_of_pod(member)
+            counted = node.pods.get(member) if node is not None else None
+            if counted is not None:
+                found.append(counted)
+        return tuple(found) if any(m.key == pod.key for m in found) else (pod,)
+
+    def units(node: NodeInfo) -> list[Victim]:
+        out: list[Victim] = []
+        seen: set[PodGroupKey] = set()
+        for pod in node.pods.values():
+            key = pod.group_key
+            group = groups.pod_group(key) if key is not None else None
+            if key is None or group is None:
+                out.append(Victim.single(pod) if key is None else Victim((pod,), pod.priority, GROUP_RANK))
+            elif not group.disrupted_together:
+                out.append(Victim((pod,), group.priority, GROUP_RANK))
+            elif key not in seen:
+                seen.add(key)
+                out.append(Victim(members(key, pod), group.priority, GROUP_RANK))
+        return out
+
+    return units
 
 
 @dataclass(frozen=True, slots=True)
