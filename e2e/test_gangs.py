@@ -201,3 +201,41 @@ def test_pods_wait_for_their_quorum_told_why_then_go_together(
         30,
         "PodScheduled=True once bound (the NotReadyForScheduling reason gone)",
     )
+
+
+def test_a_gang_short_of_several_pods_preempts_just_enough_lower_priority_pods(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    priority_classes: Callable[[int], str],
+) -> None:
+    """Workload-aware preemption: no node has room for any member, so the gang is two pods short;
+    usher evicts two of the three batch pods (one per member), nominates, and binds the whole gang."""
+    low, high = priority_classes(100), priority_classes(1000)
+    nodes = [kwok_nodes(f"n{i}", cpu="2") for i in range(3)]
+    scheduler = usher()
+    batch = [f"batch-{i}" for i in range(3)]
+    for name, node in zip(batch, nodes, strict=True):
+        pod = pod_manifest(name, scheduler.scheduler_name, cpu="2", memory="64Mi")
+        pod["spec"].update(nodeName=node, priorityClassName=low)
+        core_api.create_namespaced_pod(namespace, pod)
+    group = pod_group("train", 2)
+    group["spec"]["priorityClassName"] = high
+    scheduling.create_namespaced_pod_group(namespace, group)
+    members = ["w0", "w1"]
+    for name in members:
+        pod = gang_member(name, scheduler.scheduler_name, "train", cpu="2")
+        pod["spec"]["priorityClassName"] = high
+        core_api.create_namespaced_pod(namespace, pod)
+
+    wait_for(lambda: bound(core_api, namespace, *members) == members, 90, "the whole gang bound")
+    pods = core_api.list_namespaced_pod(namespace).items
+    left = [p.metadata.name for p in pods if p.metadata.name in batch and not p.metadata.deletion_timestamp]
+    assert len(left) == 1, f"exactly two batch pods evicted, one kept: {left}"
+    assert assert_no_node_overcommitted(core_api, nodes)
+    told = "preemption: found a placement for podgroup, preempting 2 victims"
+    wait_for(
+        lambda: any(told in n for n in notes(core_api, namespace, "w0", "FailedScheduling")), 30, "the gang told why"
+    )
