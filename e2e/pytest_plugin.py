@@ -58,7 +58,11 @@ _CLUSTER_DUMP_KINDS = (
 #: The session's API server serves PodGroups and Workloads (GenericWorkload, scheduling.k8s.io/v1beta1), as
 #: the conformance harness's does: usher's gang scheduling needs them (e2e/test_gangs.py), and what else the
 #: gate turns on (an optional pod field, two beta APIs) changes nothing for the other tests.
-API_SERVER_ARGS = (f"--feature-gates={FEATURE_GATES}", f"--runtime-config={ALPHA_BETA_APIS}")
+#: TopologyAwareWorkloadScheduling too: the API server keeps a PodGroup's schedulingConstraints only with it.
+API_SERVER_ARGS = (
+    f"--feature-gates={FEATURE_GATES},TopologyAwareWorkloadScheduling=true",
+    f"--runtime-config={ALPHA_BETA_APIS}",
+)
 
 _RUN_DIR = pytest.StashKey[Path]()
 _PLANE = pytest.StashKey[Cluster]()

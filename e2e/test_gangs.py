@@ -239,3 +239,29 @@ def test_a_gang_short_of_several_pods_preempts_just_enough_lower_priority_pods(
     wait_for(
         lambda: any(told in n for n in notes(core_api, namespace, "w0", "FailedScheduling")), 30, "the gang told why"
     )
+
+
+def test_a_gang_with_a_topology_constraint_is_bound_within_one_rack(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    """TopologyAwareWorkloadScheduling: rack a has room for two of the four members, rack b for all of
+    them; the cluster as a whole would take them spread over both racks, the constraint says one."""
+    rack_a = [kwok_nodes(f"a{i}", cpu="1", labels={"rack": "a"}) for i in range(2)]
+    rack_b = [kwok_nodes(f"b{i}", cpu="2", labels={"rack": "b"}) for i in range(2)]
+    scheduler = usher()
+    group = pod_group("train", 4)
+    group["spec"]["schedulingConstraints"] = {"topology": [{"key": "rack"}]}
+    created = scheduling.create_namespaced_pod_group(namespace, group)
+    assert created.spec.scheduling_constraints.topology[0].key == "rack", "the API server kept the constraint"
+    members = [f"w{i}" for i in range(4)]
+    for name in members:
+        core_api.create_namespaced_pod(namespace, gang_member(name, scheduler.scheduler_name, "train"))
+
+    wait_for(lambda: bound(core_api, namespace, *members) == members, 60, "the whole gang bound")
+    nodes = {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in members}
+    assert nodes == set(rack_b), f"all in rack b: {nodes}"
+    assert assert_no_node_overcommitted(core_api, rack_a + rack_b)

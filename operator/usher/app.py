@@ -256,6 +256,7 @@ def build_scheduler(
             recorder=recorder,
             sampler=sampler,
             rng=rng,
+            topology=gates.topology_aware_workload_scheduling,
         )
         if gangs
         else None

@@ -131,6 +131,10 @@ def pod_group_report(scheduler: Scheduler, pod: PodInfo) -> dict[str, Any] | Non
     report["policy"] = group.policy
     if group.min_count is not None:
         report["minCount"] = group.min_count
+    if group.topology_key:
+        report["topologyKey"] = group.topology_key
+    if group.disrupted_together:
+        report["disruptionMode"] = "All"
     if group.workload is not None:
         workload = groups.workload(group.namespace, group.workload.workload)
         report["workload"] = {
@@ -228,6 +232,10 @@ def _render_pod_group(group: dict[str, Any]) -> list[str]:
     if "policy" not in group:
         return [f"  pod group {group['name']}: waiting for {group['waitingFor']}"]
     policy = f"gang, minCount {group['minCount']}" if "minCount" in group else group["policy"]
+    if "topologyKey" in group:
+        policy += f", all in one domain of {group['topologyKey']}"
+    if "disruptionMode" in group:
+        policy += ", preempted as a whole"
     workload = group.get("workload")
     if workload:
         policy += f"; Workload {workload['name']} template {workload['template']}"

@@ -21,7 +21,8 @@ def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeatureGates:
     """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table), except
-    GenericWorkload (usher schedules gangs by default, kube-scheduler only when told to) and
+    GenericWorkload and TopologyAwareWorkloadScheduling (usher schedules gangs by default,
+    kube-scheduler only when told to) and
     SchedulerPreQueueingHints and SchedulerAsyncAPICalls (off in kube-scheduler; usher's queue and
     dispatcher are built around them)."""
 
@@ -63,6 +64,15 @@ class FeatureGates:
             "gang scheduling of scheduling.k8s.io/v1beta1 PodGroups (on in usher; off by default in kube-scheduler)"
         ),
     )
+    topology_aware_workload_scheduling: bool = _gate(
+        "TopologyAwareWorkloadScheduling",
+        default=True,
+        stage="Alpha",
+        description=(
+            "place a PodGroup with schedulingConstraints.topology in one domain of its key (needs GenericWorkload; "
+            "on in usher, off by default in kube-scheduler)"
+        ),
+    )
 
 
 _ATTRIBUTES = {f.metadata["name"]: f.name for f in fields(FeatureGates)}
@@ -96,7 +106,14 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
         # usher's SchedulerPreEnqueuePodStatus (not a kube-scheduler gate) then follows it off rather
         # than refusing a configuration kube-scheduler accepts.
         values["pre_enqueue_pod_status"] = False
+    if values.get("generic_workload") is False and "topology_aware_workload_scheduling" not in values:
+        values["topology_aware_workload_scheduling"] = False  # it depends on GenericWorkload, as in kube-scheduler
     gates = FeatureGates(**values)
+    if gates.topology_aware_workload_scheduling and not gates.generic_workload:
+        raise ConfigError(
+            "--feature-gates: TopologyAwareWorkloadScheduling=true requires GenericWorkload=true "
+            "(it places PodGroups); disable TopologyAwareWorkloadScheduling too, or keep GenericWorkload on"
+        )
     if gates.pre_enqueue_pod_status and not gates.async_api_calls:
         raise ConfigError(
             "--feature-gates: SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true "

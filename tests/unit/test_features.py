@@ -47,8 +47,19 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
             "SchedulerAsyncAPICalls=false,SchedulerPreEnqueuePodStatus=true",
             "SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true",
         ),
+        (
+            "GenericWorkload=false,TopologyAwareWorkloadScheduling=true",
+            "TopologyAwareWorkloadScheduling=true requires GenericWorkload=true",
+        ),
     ],
-    ids=["unknown name", "attribute name", "not a boolean", "no value", "PreEnqueuePodStatus needs AsyncAPICalls"],
+    ids=[
+        "unknown name",
+        "attribute name",
+        "not a boolean",
+        "no value",
+        "PreEnqueuePodStatus needs AsyncAPICalls",
+        "TopologyAware needs GenericWorkload",
+    ],
 )
 def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -66,3 +77,9 @@ def test_kube_schedulers_default_for_async_api_calls_turns_usher_s_dependent_gat
     # accepted: usher's own SchedulerPreEnqueuePodStatus, unset, follows it off.
     gates = parse_feature_gates("SchedulerAsyncAPICalls=false")
     assert (gates.async_api_calls, gates.pre_enqueue_pod_status) == (False, False)
+
+
+def test_turning_gang_scheduling_off_turns_its_topology_placement_off() -> None:
+    gates = parse_feature_gates("GenericWorkload=false")
+    assert (gates.generic_workload, gates.topology_aware_workload_scheduling) == (False, False)
+    assert parse_feature_gates("TopologyAwareWorkloadScheduling=false").generic_workload is True

@@ -481,3 +481,14 @@ async def test_without_pod_groups_served_every_pod_is_scheduled_on_its_own() -> 
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_explain_names_the_gangs_topology_and_disruption_mode(gangs: Gangs) -> None:
+    gangs.pod_group("train", 3, schedulingConstraints={"topology": [{"key": "rack"}]}, disruptionMode={"all": {}})
+    gangs.member("a")
+    await gangs.idle()
+
+    line = render(explain(gangs.scheduler, PodKey("default/a"))).splitlines()[2]
+    assert line.startswith(
+        "  pod group default/train (gang, minCount 3, all in one domain of rack, preempted as a whole): "
+    )

@@ -20,7 +20,7 @@ from usher.core.cache import Cache
 from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
-from usher.core.groupcycle import GROUP_UNSCHEDULABLE, GroupSimulation, simulate_group, validate_group
+from usher.core.groupcycle import GROUP_UNSCHEDULABLE, GroupSimulation, place_group, simulate_group, validate_group
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import Member, PodGroup
 from usher.core.types import Code, NodeName, PodInfo, Status, unschedulable
@@ -247,3 +247,96 @@ def test_a_malformed_pod_group_is_refused_before_anything_else() -> None:
     raw["spec"]["schedulingPolicy"] = {}
     group = PodGroup.from_api(raw)
     assert validate_group(group, members("1"), []).startswith("PodGroup default/train cannot be scheduled: ")
+
+
+# -- TopologyAwareWorkloadScheduling: one domain of the topology key ---------------------------
+
+
+def racks(*spec: tuple[str, str]) -> tuple[Cache, Framework]:
+    """Nodes n0, n1, ... each (cpu, rack); a rack of "" leaves the node without the label."""
+    cache = Cache()
+    for i, (cpu, rack) in enumerate(spec):
+        builder = make_node().name(f"n{i}").capacity(cpu=cpu, memory="8Gi", pods=110)
+        cache.add_or_update_node((builder.label("rack", rack) if rack else builder).obj())
+    handle = FakeHandle(pod_groups=cache.pod_groups)
+    return cache, build_framework(default_config().profiles[0], registry=in_tree_registry(), handle=handle)
+
+
+def place(cache: Cache, framework: Framework, min_count: int, pods: list[PodInfo], seed: int = 1) -> GroupSimulation:
+    raw = make_pod_group(pods[0].pod_group, min_count, schedulingConstraints={"topology": [{"key": "rack"}]})
+    _, group = cache.pod_groups.on_pod_group(False, raw)
+    assert group is not None and group.topology_key == "rack"
+    for pod in pods:
+        cache.pod_groups.track(pod, Member.UNSCHEDULED)
+    state = cache.pod_groups.get(group.key)
+    assert state is not None
+    before = requested_cpu(cache)
+    simulation, still_assumed = place_group(
+        framework, group, pods, cache, scheduled=state.scheduled_count, new_state=CycleState, rng=random.Random(seed)
+    )
+    assert not still_assumed and requested_cpu(cache) == before, "every placement's simulation is reverted"
+    return simulation
+
+
+def test_a_gang_with_a_topology_constraint_lands_in_one_domain_only() -> None:
+    # Rack a has room for two members only; rack b for all four, across its two nodes.
+    cache, framework = racks(("2", "a"), ("2", "b"), ("2", "b"), ("8", ""))
+    simulation = place(cache, framework, 4, members("1", "1", "1", "1"))
+
+    assert simulation.status.ok
+    assert {m.result.node for m in simulation.placed} == {"n1", "n2"}, "rack b only, never the unlabeled n3"
+
+
+def test_a_gang_that_fits_no_single_domain_is_unschedulable_though_the_cluster_has_room() -> None:
+    cache, framework = racks(("2", "a"), ("2", "b"))
+    simulation = place(cache, framework, 3, members("1", "1", "1"))
+
+    assert simulation.status.code is Code.UNSCHEDULABLE
+    assert simulation.status.message.startswith("0/2 placements are available, first placement status: minCount (3)")
+
+
+def test_without_the_label_anywhere_there_is_no_placement() -> None:
+    cache, framework = racks(("8", ""))
+    simulation = place(cache, framework, 1, members("1"))
+
+    assert simulation.status.code is Code.UNSCHEDULABLE
+    assert simulation.status.message == "0/0 placements are available: no node has the topology key 'rack'"
+
+
+def test_members_already_scheduled_pin_the_domain() -> None:
+    cache, framework = racks(("1", "a"), ("8", "b"))
+    first = members("1", "1", "1")
+    cache.pod_groups.on_pod_group(
+        False, make_pod_group("train", 2, schedulingConstraints={"topology": [{"key": "rack"}]})
+    )
+    cache.assume(first[0], NodeName("n0"))  # a member already in rack a, which has no room left
+    simulation = place(cache, framework, 2, first[1:])
+
+    assert simulation.status.code is Code.UNSCHEDULABLE, "rack b has room, but the gang is bound to rack a"
+    cache.forget(first[0])
+
+
+def test_of_the_domains_that_fit_the_choice_is_random_among_equals() -> None:
+    chosen = set()
+    for seed in range(8):
+        cache, framework = racks(("2", "a"), ("2", "b"))
+        simulation = place(cache, framework, 2, members("1", "1"), seed=seed)
+        assert simulation.status.ok and len({m.result.node for m in simulation.placed}) == 1
+        chosen |= {m.result.node for m in simulation.placed}
+    assert chosen == {"n0", "n1"}
+
+
+def test_without_the_gate_the_constraint_is_ignored() -> None:
+    cache, framework = racks(("2", "a"), ("2", "b"))
+    pods = members("1", "1", "1")
+    _, group = cache.pod_groups.on_pod_group(
+        False, make_pod_group("train", 3, schedulingConstraints={"topology": [{"key": "rack"}]})
+    )
+    assert group is not None
+    for pod in pods:
+        cache.pod_groups.track(pod, Member.UNSCHEDULED)
+    simulation, still_assumed = place_group(
+        framework, group, pods, cache, scheduled=0, new_state=CycleState, rng=random.Random(1), topology=False
+    )
+    assert simulation.status.ok and still_assumed
+    simulation.revert()

@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from usher.core.cache import Cache, SetAside
+from usher.core.cache import Cache, NodeInfo, NodeList, SetAside
 from usher.core.cycle import NodeSampler, ScheduleResult, schedule
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PlacementProgress
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.defaultpreemption.victims import Budgets, Units, Victim, importance, split_by_budgets
-from usher.core.podgroups import PodGroup
+from usher.core.podgroups import Member, PodGroup
 from usher.core.types import Code, NodeName, PodInfo, PodKey, Status, error
 
 GROUP_UNSCHEDULABLE = "pod group is unschedulable"
@@ -107,13 +107,16 @@ def simulate_group(
     rng: random.Random,
     sampler: NodeSampler | None = None,
     nominated: Callable[[PodInfo], str | None] = lambda pod: None,
+    nodes: Callable[[], Sequence[NodeInfo]] | None = None,
 ) -> GroupSimulation:
     """Place ``pods`` (the group's unscheduled members, in order) on the cache's nodes, all or none.
 
     ``scheduled``: the group's members already assumed or bound. ``nominated``: the node preemption
     made room on for a member, tried first as in the one-pod cycle. Every pod placed stays assumed and
-    reserved until ``revert`` (see the module docstring).
+    reserved until ``revert`` (see the module docstring). ``nodes``: the nodes to place on (a placement's
+    domain), else every node of the cache.
     """
+    listed = nodes or cache.node_infos
     simulation = GroupSimulation(group, Status(), [], [], scheduled)
     progress = PlacementProgress(remaining=len(pods), scheduled=scheduled)
     status = framework.run_placement_feasible(group, progress)
@@ -126,7 +129,7 @@ def simulate_group(
         simulation.skipped = list(pods)
         return simulation
     for index, pod in enumerate(pods):
-        member = _place(framework, pod, cache, new_state(), rng, sampler, nominated(pod), simulation)
+        member = _place(framework, pod, cache, listed(), new_state(), rng, sampler, nominated(pod), simulation)
         simulation.members.append(member)
         if member.status.code is Code.ERROR:
             status = error(f"failed to schedule other pod from a pod group: {member.status.message}")
@@ -153,13 +156,14 @@ def _place(
     framework: Framework,
     pod: PodInfo,
     cache: Cache,
+    nodes: Sequence[NodeInfo],
     state: CycleState,
     rng: random.Random,
     sampler: NodeSampler | None,
     nominated: str | None,
     simulation: GroupSimulation,
 ) -> MemberOutcome:
-    result = schedule(framework, state, pod, cache.node_infos(), rng=rng, sampler=sampler, nominated=nominated)
+    result = schedule(framework, state, pod, nodes, rng=rng, sampler=sampler, nominated=nominated)
     node = result.node
     if node is None:
         status = result.status if result.status.code is Code.ERROR else Status(Code.UNSCHEDULABLE, (result.message,))
@@ -230,13 +234,10 @@ def preempt_for_group(
     pods: Sequence[PodInfo],
     cache: Cache,
     *,
-    scheduled: int,
-    new_state: Callable[[], CycleState],
-    rng: random.Random,
+    simulate: Callable[[], GroupSimulation],
     units: Units,
     budgets: Budgets,
     terminating: Callable[[PodInfo], bool],
-    sampler: NodeSampler | None = None,
 ) -> GroupPreemption:
     """kube-scheduler's PodGroupEvaluator.Preempt for a group that did not fit: the whole cluster is
     the domain. Every victim of lower priority than the group leaves the cache, the group is
@@ -244,7 +245,9 @@ def preempt_for_group(
     first (budget-breaking ones first), while every placed member still passes Filter on its node
     with the members before it assumed and reserved. The cache is as it was on return.
 
-    ``units`` builds the victims a node's pods belong to; ``terminating`` tells a pod being evicted.
+    ``simulate`` places the group (as the cycle does: `simulate_group`, or `place_group` with its
+    placements); ``units`` builds the victims a node's pods belong to; ``terminating`` tells a pod
+    being evicted.
     """
     if pods and pods[0].preemption_policy == NEVER:
         return GroupPreemption(Status(Code.UNSCHEDULABLE, ("not eligible due to preemptionPolicy=Never.",)))
@@ -270,9 +273,7 @@ def preempt_for_group(
             for pod in victim.pods:
                 if (lifted := cache.set_aside(pod.key)) is not None:
                     aside[pod.key] = lifted
-        simulation = simulate_group(
-            framework, group, pods, cache, scheduled=scheduled, new_state=new_state, rng=rng, sampler=sampler
-        )
+        simulation = simulate()
         simulation.revert()
         if not simulation.status.ok:
             return GroupPreemption(simulation.status)
@@ -360,3 +361,94 @@ def _reprieve(
             evicted.append(victim)
     evicted.sort(key=importance)
     return evicted, violations
+
+
+def _listed(nodes: NodeList) -> NodeList:
+    return nodes
+
+
+def placements(group: PodGroup, cache: Cache) -> tuple[list[tuple[str, NodeList]], str]:
+    """kube-scheduler's TopologyPlacementGenerator: one placement per value of the group's topology key
+    among the nodes that carry it, only the domain of its already scheduled members if it has any;
+    ([(domain, nodes)], "") or ([], why none can be made)."""
+    key = group.topology_key
+    every = cache.node_infos()
+    required: str | None = None
+    state = cache.pod_groups.get(group.key)
+    for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
+        node_name = cache.node_of(member)
+        node = cache.node(node_name) if node_name is not None else None
+        domain = node.labels.get(key) if node is not None else None
+        if domain is None:
+            return [], f"cannot determine domain for already scheduled pods: no topology domain found for pod {member}"
+        if required is not None and domain != required:
+            return [], (
+                f"cannot determine domain for already scheduled pods: more than 1 domain found for pod group: "
+                f"{required}, {domain}"
+            )
+        required = domain
+    domains: dict[str, list[NodeInfo]] = {}
+    for node in every:
+        domain = node.labels.get(key)
+        if domain is not None and (required is None or domain == required):
+            domains.setdefault(domain, []).append(node)
+    out: list[tuple[str, NodeList]] = []
+    for domain in sorted(domains):
+        listed = NodeList(domains[domain])
+        listed.with_affinity = every.with_affinity
+        listed.with_required_anti_affinity = every.with_required_anti_affinity
+        listed.claim_refs = every.claim_refs
+        out.append((domain, listed))
+    return out, ""
+
+
+def place_group(
+    framework: Framework,
+    group: PodGroup,
+    pods: Sequence[PodInfo],
+    cache: Cache,
+    *,
+    scheduled: int,
+    new_state: Callable[[], CycleState],
+    rng: random.Random,
+    sampler: NodeSampler | None = None,
+    nominated: Callable[[PodInfo], str | None] = lambda pod: None,
+    topology: bool = True,
+) -> tuple[GroupSimulation, bool]:
+    """The group's placement algorithm: `simulate_group` on every node, or, for a group with a topology
+    constraint (``topology``: TopologyAwareWorkloadScheduling on), once per domain, each reverted, and the
+    best domain's simulation (kube-scheduler's podGroupSchedulingPlacementAlgorithm: PodGroupPodsCount
+    scores the domains that fit, by members scheduled and placed; equal scores drawn at random).
+
+    Returns (simulation, still assumed): a plain simulation keeps its members assumed until reverted; a
+    placement's is already reverted (the caller commits it from its outcome)."""
+    run = partial(
+        simulate_group, framework, group, pods, cache, scheduled=scheduled, new_state=new_state, rng=rng,
+        sampler=sampler, nominated=nominated,
+    )  # fmt: skip
+    if not topology or not group.topology_key:
+        return run(), True
+    domains, problem = placements(group, cache)
+    if problem:
+        return GroupSimulation(group, Status(Code.UNSCHEDULABLE, (problem,)), [], list(pods), scheduled), False
+    if not domains:
+        why = f"0/0 placements are available: no node has the topology key {group.topology_key!r}"
+        return GroupSimulation(group, Status(Code.UNSCHEDULABLE, (why,)), [], list(pods), scheduled), False
+    first: GroupSimulation | None = None
+    fitting: list[GroupSimulation] = []
+    for _, nodes in domains:
+        simulation = run(nodes=partial(_listed, nodes))
+        simulation.revert()
+        if simulation.status.code is Code.ERROR:
+            return simulation, False
+        first = first or simulation
+        if simulation.status.ok:
+            fitting.append(simulation)
+    assert first is not None
+    if not fitting:
+        why = f"0/{len(domains)} placements are available, first placement status: {first.status.message}"
+        first.status = Status(Code.UNSCHEDULABLE, (why,), first.status.plugin)
+        return first, False
+    counts = [s.scheduled_before + len(s.placed) for s in fitting]
+    best = max(counts)
+    return rng.choice([s for s, c in zip(fitting, counts, strict=True) if c == best]), False

@@ -40,12 +40,13 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from usher.core.cache import Cache
 from usher.core.cycle import NodeSampler
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
-from usher.core.groupcycle import GroupSimulation, MemberOutcome, simulate_group, validate_group
+from usher.core.groupcycle import GroupSimulation, MemberOutcome, place_group, validate_group
 from usher.core.podgroups import Member, PodGroup
 from usher.core.queue import QueuedPod, SchedulingQueue
 from usher.core.types import Code, PodInfo, PodKey
@@ -78,6 +79,7 @@ class PodGroupCycle:
         sampler: NodeSampler,
         rng: random.Random,
         timer: Callable[[], float] = time.perf_counter,
+        topology: bool = True,
     ) -> None:
         self._frameworks = frameworks
         self._cache = cache
@@ -91,6 +93,7 @@ class PodGroupCycle:
         self._sampler = sampler
         self._rng = rng
         self._timer = timer
+        self._topology = topology
 
     def run(self, members: Sequence[QueuedPod]) -> list[Assumed]:
         """Schedule a popped group (its first member the pod popped): the members committed, for their
@@ -115,26 +118,25 @@ class PodGroupCycle:
         if problem:
             self._error(members, framework, started, problem, group)
             return []
-        simulation = simulate_group(
-            framework,
-            group,
-            pods,
-            self._cache,
-            scheduled=state.scheduled_count,
-            new_state=self._new_state,
-            rng=self._rng,
-            sampler=self._sampler,
-            nominated=lambda pod: self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None,
+        place = partial(
+            place_group, framework, group, pods, self._cache, scheduled=state.scheduled_count,
+            new_state=self._new_state, rng=self._rng, sampler=self._sampler, topology=self._topology,
+        )  # fmt: skip
+        simulation, still_assumed = place(
+            nominated=lambda pod: self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None
         )
         self._recorder.algorithm_finished(self._timer() - started)
         if simulation.status.code is Code.ERROR:
             simulation.revert()
             self._error(members, framework, started, simulation.status.message, group)
             return []
-        outcomes = self._post_filter(framework, simulation)
+        # One-pod PostFilter needs the simulation's placements still assumed (a placement's are not).
+        outcomes = self._post_filter(framework, simulation) if still_assumed else {}
         simulation.revert()
-        if simulation.status.code is Code.UNSCHEDULABLE and group.gang and simulation.short > 1:
-            outcomes = self._preempt_group(framework, simulation, pods, state.scheduled_count)
+        if simulation.status.code is Code.UNSCHEDULABLE and (
+            not still_assumed or (group.gang and simulation.short > 1)
+        ):
+            outcomes = self._preempt_group(framework, simulation, pods, lambda: place()[0])
         by_key = {queued.key: queued for queued in members}
         if not simulation.status.ok:
             self._unschedulable(framework, simulation, by_key, outcomes, started)
@@ -172,15 +174,16 @@ class PodGroupCycle:
         return outcomes
 
     def _preempt_group(
-        self, framework: Framework, simulation: GroupSimulation, pods: Sequence[PodInfo], scheduled: int
+        self,
+        framework: Framework,
+        simulation: GroupSimulation,
+        pods: Sequence[PodInfo],
+        simulate: Callable[[], GroupSimulation],
     ) -> dict[PodKey, PostFilterOutcome]:
         """Workload-aware preemption for a gang short of two or more pods (step 3b of the module docstring),
         once its simulation is reverted: each member's message gains preemption's, each placed member its
         nominated node."""
-        outcome = self._preemptor.group_post_filter(
-            framework, simulation.group, pods, self._cache, scheduled=scheduled, new_state=self._new_state,
-            rng=self._rng, sampler=self._sampler,
-        )  # fmt: skip
+        outcome = self._preemptor.group_post_filter(framework, simulation.group, pods, self._cache, simulate)
         if outcome is None:
             return {}
         suffix = f"preemption: {outcome.status.message}" if outcome.status.message else ""

@@ -16,7 +16,6 @@ dispatcher. A victim already gone is not an error. Each victim gets a
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -26,12 +25,12 @@ from usher.adapters.kubeapi import ApiResult
 from usher.adapters.preempting import disruption_condition_call, victim_delete_call
 from usher.adapters.reporting import pod_status_call
 from usher.core.cache import Cache, NodeInfo
-from usher.core.cycle import NodeSampler, ScheduleResult
+from usher.core.cycle import ScheduleResult
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
 from usher.core.framework.runtime import Framework
-from usher.core.groupcycle import GroupPreemption, preempt_for_group
+from usher.core.groupcycle import GroupPreemption, GroupSimulation, preempt_for_group
 from usher.core.plugins.defaultpreemption.victims import group_units
 from usher.core.podgroups import PodGroup
 from usher.core.queue import SchedulingQueue
@@ -162,11 +161,7 @@ class Preemptor:
         group: PodGroup,
         pods: Sequence[PodInfo],
         cache: Cache,
-        *,
-        scheduled: int,
-        new_state: Callable[[], CycleState],
-        rng: random.Random,
-        sampler: NodeSampler | None,
+        simulate: Callable[[], GroupSimulation],
     ) -> GroupPreemption | None:
         """Workload-aware preemption for a group that did not fit (DefaultPreemption's PodGroupPostFilter);
         None when the profile has no DefaultPreemption. On success each placed member is nominated to
@@ -181,8 +176,8 @@ class Preemptor:
             return cache.node(node) if node is not None else None
 
         outcome = preempt_for_group(
-            framework, group, pods, cache, scheduled=scheduled, new_state=new_state, rng=rng, sampler=sampler,
-            units=group_units(groups, node_of_pod), budgets=cache.disruption_budgets,
+            framework, group, pods, cache, simulate=simulate, units=group_units(groups, node_of_pod),
+            budgets=cache.disruption_budgets,
             terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
         )  # fmt: skip
         self._recorder.preemption_attempted()

@@ -56,6 +56,8 @@ class PodGroup:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     disrupted_together: bool = False
     """``spec.disruptionMode.all``: preemption evicts all its scheduled pods or none (else one by one)."""
+    topology_key: str = ""
+    """``spec.schedulingConstraints.topology[0].key``: all its pods in one domain of that node label."""
 
     @property
     def gang(self) -> bool:
@@ -115,7 +117,16 @@ class PodGroup:
             error=error,
             raw=raw,
             disrupted_together=isinstance(mode := spec.get("disruptionMode"), Mapping) and mode.get("all") is not None,
+            topology_key=_topology_key(spec.get("schedulingConstraints")),
         )
+
+
+def _topology_key(constraints: Any) -> str:
+    """The first topology constraint's key, as kube-scheduler's TopologyPlacementGenerator reads it."""
+    topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
+    first = topology[0] if isinstance(topology, list) and topology else None
+    key = first.get("key") if isinstance(first, Mapping) else None
+    return key if isinstance(key, str) else ""
 
 
 def _policy(policy: Any) -> tuple[int | None, str]:
