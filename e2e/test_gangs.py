@@ -239,6 +239,9 @@ def test_a_gang_short_of_several_pods_preempts_just_enough_lower_priority_pods(
     wait_for(
         lambda: any(told in n for n in notes(core_api, namespace, "w0", "FailedScheduling")), 30, "the gang told why"
     )
+    assert scheduler.metric("scheduler_workload_preemption_attempts_total", result="Success") == 1
+    assert scheduler.metric("scheduler_workload_preemption_victims_sum") == 2
+    assert scheduler.metric("scheduler_podgroup_schedule_attempts_total", result="scheduled") == 1
 
 
 def test_a_gang_with_a_topology_constraint_is_bound_within_one_rack(
@@ -264,4 +267,6 @@ def test_a_gang_with_a_topology_constraint_is_bound_within_one_rack(
     wait_for(lambda: bound(core_api, namespace, *members) == members, 60, "the whole gang bound")
     nodes = {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in members}
     assert nodes == set(rack_b), f"all in rack b: {nodes}"
+    assert scheduler.metric("scheduler_generated_placements_total") == 2
+    assert scheduler.metric("scheduler_placement_evaluations_total", result="feasible") == 1
     assert assert_no_node_overcommitted(core_api, rack_a + rack_b)

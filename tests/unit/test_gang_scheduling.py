@@ -319,7 +319,10 @@ async def test_a_gang_preempts_only_what_lets_it_fit(
     nominated = [m for i in range(members) if gangs.scheduler.queue.nominator.node_of(m := PodKey(f"default/m{i}"))]
     assert victim_marked == preempts
     assert len(nominated) == (1 if preempts else 0)
-    assert gangs.recorder.preemption_attempts == 1, "the one-pod PostFilter, or the group's"
+    recorder = gangs.recorder
+    assert recorder.preemption_attempts + len(recorder.workload_preemptions) == 1, (
+        "the one-pod PostFilter or the group's"
+    )
     if not preempts:
         assert all("preemption: " in note for note in gangs.failed_notes("m0", "m1", "m2"))
 
@@ -343,6 +346,8 @@ async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(ga
     await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
 
     assert marked(gangs) == {"default/low-n1", "default/low-n2"}
+    assert gangs.recorder.workload_preemptions == [("Success", 2)]
+    assert gangs.recorder.group_attempts == ["unschedulable"], "it waits for its victims to go"
     nominator = gangs.scheduler.queue.nominator
     assert {nominator.node_of(PodKey(f"default/m{i}")) for i in range(2)} == {"n1", "n2"}
     assert gangs.failed_notes("m0")[0].endswith("preemption: found a placement for podgroup, preempting 2 victims")
@@ -379,7 +384,7 @@ async def test_a_gang_never_evicts_a_group_of_its_priority_or_above(gangs: Gangs
 
     assert marked(gangs) == set(), "one victim frees room for one member: the gang still does not fit"
     assert gangs.scheduler.queue.nominator.node_of(PodKey("default/m0")) is None
-    assert gangs.recorder.preemption_attempts == 1
+    assert gangs.recorder.workload_preemptions == [("Unschedulable", 0)]
 
 
 async def test_a_gang_of_preemption_policy_never_evicts_nobody(gangs: Gangs) -> None:

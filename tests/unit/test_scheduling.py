@@ -86,6 +86,9 @@ class RecordingRecorder:
     preemption_attempts: int = 0
     victims_chosen: list[int] = field(default_factory=list)
     preemptions_finished: list[str] = field(default_factory=list)
+    group_attempts: list[str] = field(default_factory=list)
+    placements: list[tuple[int, int]] = field(default_factory=list)
+    workload_preemptions: list[tuple[str, int]] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -107,6 +110,18 @@ class RecordingRecorder:
 
     def preemption_finished(self, result: str, seconds: float) -> None:
         self.preemptions_finished.append(result)
+
+    def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        self.group_attempts.append(result)
+
+    def pod_group_algorithm_finished(self, seconds: float) -> None:
+        pass
+
+    def placements_evaluated(self, profile: str, generated: int, feasible: int) -> None:
+        self.placements.append((generated, feasible))
+
+    def workload_preemption_attempted(self, result: str, victims: int) -> None:
+        self.workload_preemptions.append((result, victims))
 
     def incoming(self, queue: str, event: str) -> None:
         pass

@@ -147,6 +147,51 @@ class Metrics:
             "Total preemption attempts in the cluster till now",
             registry=r,
         )
+        self.podgroup_schedule_attempts = Counter(
+            "scheduler_podgroup_schedule_attempts",
+            "Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not "
+            "be scheduled, while 'error' means an internal scheduler problem.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.podgroup_scheduling_attempt_duration = Histogram(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            "Pod group scheduling attempt latency in seconds",
+            ["result", "profile"],
+            buckets=exponential_buckets(0.001, 2, 15),
+            registry=r,
+        )
+        self.podgroup_scheduling_algorithm_duration = Histogram(
+            "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+            "Pod group scheduling algorithm latency in seconds",
+            buckets=exponential_buckets(0.001, 2, 15),
+            registry=r,
+        )
+        self.generated_placements = Counter(
+            "scheduler_generated_placements",
+            "Number of candidate placements generated when scheduling pod groups.",
+            ["profile"],
+            registry=r,
+        )
+        self.placement_evaluations = Counter(
+            "scheduler_placement_evaluations",
+            "Number of candidate placements evaluated when scheduling pod groups, by result. 'feasible' means the "
+            "pod group fit into the placement, while 'infeasible' means it did not.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.workload_preemption_attempts = Counter(
+            "scheduler_workload_preemption_attempts",
+            "Total preemption attempts initiated by workload (including pod groups) in the cluster till now.",
+            ["result"],
+            registry=r,
+        )
+        self.workload_preemption_victims = Histogram(
+            "scheduler_workload_preemption_victims",
+            "Number of pod preemption victims caused by workload preemption.",
+            buckets=exponential_buckets(1, 2, 11),
+            registry=r,
+        )
         self.preemption_victims = Histogram(
             "scheduler_preemption_victims",
             "Number of selected preemption victims for preemption initiated by a single pod",
@@ -284,6 +329,25 @@ class Metrics:
     def preemption_finished(self, result: str, seconds: float) -> None:
         self.preemption_goroutines_execution.labels(result).inc()
         self.preemption_goroutines_duration.labels(result).observe(seconds)
+
+    def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        self.child(self.podgroup_schedule_attempts, result, profile).inc()
+        self.child(self.podgroup_scheduling_attempt_duration, result, profile).observe(seconds)
+
+    def pod_group_algorithm_finished(self, seconds: float) -> None:
+        self.podgroup_scheduling_algorithm_duration.observe(seconds)
+
+    def placements_evaluated(self, profile: str, generated: int, feasible: int) -> None:
+        self.generated_placements.labels(profile).inc(generated)
+        if feasible:
+            self.placement_evaluations.labels("feasible", profile).inc(feasible)
+        if generated - feasible:
+            self.placement_evaluations.labels("infeasible", profile).inc(generated - feasible)
+
+    def workload_preemption_attempted(self, result: str, victims: int) -> None:
+        self.workload_preemption_attempts.labels(result).inc()
+        if victims:
+            self.workload_preemption_victims.observe(victims)
 
     def pod_scheduled(self, *, attempts: int, sli_seconds: float | None, flushed: bool) -> None:
         if sli_seconds is not None:

@@ -76,6 +76,8 @@ class GroupSimulation:
     scheduled_before: int
     """Members assumed or bound before the cycle."""
     _reverts: list[Callable[[], None]] = field(default_factory=list)
+    placements: tuple[int, int] = (0, 0)
+    """(placements generated, of which feasible) when a topology constraint made them; else (0, 0)."""
 
     @property
     def placed(self) -> list[MemberOutcome]:
@@ -448,7 +450,10 @@ def place_group(
     if not fitting:
         why = f"0/{len(domains)} placements are available, first placement status: {first.status.message}"
         first.status = Status(Code.UNSCHEDULABLE, (why,), first.status.plugin)
+        first.placements = (len(domains), 0)
         return first, False
     counts = [s.scheduled_before + len(s.placed) for s in fitting]
     best = max(counts)
-    return rng.choice([s for s, c in zip(fitting, counts, strict=True) if c == best]), False
+    chosen = rng.choice([s for s, c in zip(fitting, counts, strict=True) if c == best])
+    chosen.placements = (len(domains), len(fitting))
+    return chosen, False

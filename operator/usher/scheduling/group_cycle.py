@@ -126,6 +126,9 @@ class PodGroupCycle:
             nominated=lambda pod: self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None
         )
         self._recorder.algorithm_finished(self._timer() - started)
+        self._recorder.pod_group_algorithm_finished(self._timer() - started)
+        if simulation.placements[0]:
+            self._recorder.placements_evaluated(framework.scheduler_name, *simulation.placements)
         if simulation.status.code is Code.ERROR:
             simulation.revert()
             self._error(members, framework, started, simulation.status.message, group)
@@ -140,8 +143,13 @@ class PodGroupCycle:
         by_key = {queued.key: queued for queued in members}
         if not simulation.status.ok:
             self._unschedulable(framework, simulation, by_key, outcomes, started)
+            self._recorder.pod_group_attempt_finished(
+                "unschedulable", framework.scheduler_name, self._timer() - started
+            )
             return []
         assumed = self._commit(framework, simulation, by_key, started)
+        if assumed:  # else _commit failed and _error recorded it
+            self._recorder.pod_group_attempt_finished("scheduled", framework.scheduler_name, self._timer() - started)
         if assumed:
             for member in simulation.failed:
                 self._member_failed(framework, by_key[member.pod.key], member, outcomes.get(member.pod.key), started)
@@ -316,6 +324,7 @@ class PodGroupCycle:
     ) -> None:
         """The group could not be tried: every member is retried after its backoff, the PodGroup says why."""
         logger.error("scheduling pod group %s failed: %s", members[0].pod.group_key, message)
+        self._recorder.pod_group_attempt_finished("error", framework.scheduler_name, self._timer() - started)
         for queued in members:
             self._failures.failed(queued, framework.scheduler_name, started, "error", message)
         if group is not None:

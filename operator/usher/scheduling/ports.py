@@ -64,6 +64,24 @@ class SchedulingRecorder(Protocol):
         all returned (``result`` success or error)."""
         ...
 
+    def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        """scheduler_podgroup_schedule_attempts_total and scheduler_podgroup_scheduling_attempt_duration_seconds;
+        ``result`` is scheduled, unschedulable or error."""
+        ...
+
+    def pod_group_algorithm_finished(self, seconds: float) -> None:
+        """scheduler_podgroup_scheduling_algorithm_duration_seconds."""
+        ...
+
+    def placements_evaluated(self, profile: str, generated: int, feasible: int) -> None:
+        """scheduler_generated_placements_total and scheduler_placement_evaluations_total (TopologyAware)."""
+        ...
+
+    def workload_preemption_attempted(self, result: str, victims: int) -> None:
+        """scheduler_workload_preemption_attempts_total (``result``: the PostFilter status code, as
+        kube-scheduler names it) and, when it evicts, scheduler_workload_preemption_victims."""
+        ...
+
 
 class SilentRecorder:
     """A ``SchedulingRecorder`` that records nothing."""
@@ -87,4 +105,16 @@ class SilentRecorder:
         pass
 
     def preemption_finished(self, result: str, seconds: float) -> None:
+        pass
+
+    def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
+        pass
+
+    def pod_group_algorithm_finished(self, seconds: float) -> None:
+        pass
+
+    def placements_evaluated(self, profile: str, generated: int, feasible: int) -> None:
+        pass
+
+    def workload_preemption_attempted(self, result: str, victims: int) -> None:
         pass

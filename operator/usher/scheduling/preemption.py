@@ -34,12 +34,24 @@ from usher.core.groupcycle import GroupPreemption, GroupSimulation, preempt_for_
 from usher.core.plugins.defaultpreemption.victims import group_units
 from usher.core.podgroups import PodGroup
 from usher.core.queue import SchedulingQueue
-from usher.core.types import PodInfo, PodKey
+from usher.core.types import Code, PodInfo, PodKey
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
+
+
+_STATUS_NAMES = {
+    Code.SUCCESS: "Success",
+    Code.ERROR: "Error",
+    Code.UNSCHEDULABLE: "Unschedulable",
+    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
+    Code.WAIT: "Wait",
+    Code.SKIP: "Skip",
+    Code.PENDING: "Pending",
+}
+"""kube-scheduler's names of status codes (the ``result`` label of workload preemption attempts)."""
 
 
 class Evictions:
@@ -180,8 +192,11 @@ class Preemptor:
             budgets=cache.disruption_budgets,
             terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
         )  # fmt: skip
-        self._recorder.preemption_attempted()
-        if not outcome.status.ok or outcome.ongoing or not outcome.nominations:
+        evicting = outcome.status.ok and not outcome.ongoing and bool(outcome.nominations)
+        self._recorder.workload_preemption_attempted(
+            _STATUS_NAMES[outcome.status.code], len(outcome.victims) if evicting else 0
+        )
+        if not evicting:
             return outcome
         by_key = {pod.key: pod for pod in pods}
         members = [(by_key[key], node) for key, node in outcome.nominations.items() if key in by_key]
