@@ -533,11 +533,13 @@ async def main_async(args: argparse.Namespace) -> int:
         print(upstream.table(upstream_options(args)))
         return 0
     hand_written, upstream_suite = suites(args)
-    known = {c.key for c in by_key(None)} | set(upstream.CONTENDER_KEYS)
+    hand_known = {c.key for c in by_key(None)}
+    known = hand_known | set(upstream.CONTENDER_KEYS)
     unknown = sorted(set(args.contender or []) - known)
     if unknown:
         raise ValueError(f"unknown contender(s) {unknown}; choose from {sorted(known)}")
-    hand_keys = [k for k in args.contender or [] if k not in upstream.CONTENDER_KEYS]
+    # "limit" names the bind limit in both suites.
+    hand_keys = [k for k in args.contender or [] if k in hand_known]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = Path(args.workdir or tempfile.mkdtemp(prefix="usher-bench-"))
