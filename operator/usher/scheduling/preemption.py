@@ -29,29 +29,17 @@ from usher.core.cycle import ScheduleResult
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PostFilterResult
 from usher.core.framework.names import DEFAULT_PREEMPTION
-from usher.core.framework.runtime import Framework
+from usher.core.framework.runtime import Framework, status_label
 from usher.core.groupcycle import GroupPreemption, GroupSimulation, preempt_for_group
 from usher.core.plugins.defaultpreemption.victims import group_units
 from usher.core.podgroups import PodGroup
 from usher.core.queue import SchedulingQueue
-from usher.core.types import Code, PodInfo, PodKey
+from usher.core.types import PodInfo, PodKey
 from usher.scheduling.podevents import PodEvents
 from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
-
-
-_STATUS_NAMES = {
-    Code.SUCCESS: "Success",
-    Code.ERROR: "Error",
-    Code.UNSCHEDULABLE: "Unschedulable",
-    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
-    Code.WAIT: "Wait",
-    Code.SKIP: "Skip",
-    Code.PENDING: "Pending",
-}
-"""kube-scheduler's names of status codes (the ``result`` label of workload preemption attempts)."""
 
 
 class Evictions:
@@ -194,7 +182,7 @@ class Preemptor:
         )  # fmt: skip
         evicting = outcome.status.ok and not outcome.ongoing and bool(outcome.nominations)
         self._recorder.workload_preemption_attempted(
-            _STATUS_NAMES[outcome.status.code], len(outcome.victims) if evicting else 0
+            status_label(outcome.status), len(outcome.victims) if evicting else 0
         )
         if not evicting:
             return outcome
