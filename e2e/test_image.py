@@ -198,8 +198,8 @@ def test_the_image_schedules_with_the_charts_pod_spec_and_credentials(
         apiserver_port=control_plane.ports.apiserver, field_values={"metadata.name": name},
     )  # fmt: skip
     container = Container(name, control_plane.logs_dir / f"{name}.log")
-    podman("run", "--detach", *argv)
     try:
+        podman("run", "--detach", *argv)  # inside: a container that fails to start is still created
         wait_for(lambda: container.running() and ready(port), 60, f"usher's /readyz in the container {name}")
         pid = int(container.state()["Pid"])
         status = proc_status(pid)

@@ -93,7 +93,8 @@ build_usher() {
     --build-arg "PYTHON_IMAGE=$build_base" --build-arg "RUNTIME_IMAGE=$runtime_base" \
     -t "$ref" -f "$repo/Dockerfile" "$repo" >/dev/null
   # The image this tag named before and the build stage's images are dangling now: 100s of MB a build.
-  "${podman[@]}" image prune --force >/dev/null
+  # Best effort: a container still using one (a test run killed midway) keeps it, and that is no error.
+  "${podman[@]}" image prune --force >/dev/null 2>&1 || log "podman image prune left images in use (podman ps -a)"
   save "$ref" "$images/usher-$tag.oci.tar"
   log "$ref: built in $((SECONDS - t0)) s, $("${podman[@]}" image inspect --format '{{.Size}}' "$ref" | numfmt --to=iec) ($images/usher-$tag.oci.tar)"
   echo "$ref"
