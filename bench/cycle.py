@@ -59,8 +59,7 @@ class _Handle:
         return []
 
     def node_of_pod(self, key: Any) -> Any:
-        node = self._cache.node_of(key)
-        return self._cache.node(node) if node is not None else None
+        return self._cache.node_of_pod(key)
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         labels = self._cache.namespace_labels(namespace)

@@ -149,8 +149,7 @@ class FakeHandle:
         return self.nominator.nominated_pods(node)
 
     def node_of_pod(self, key: PodKey) -> NodeInfo | None:
-        node = self.cache.node_of(key) if self.cache is not None else None
-        return self.cache.node(node) if self.cache is not None and node is not None else None
+        return self.cache.node_of_pod(key) if self.cache is not None else None
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)

@@ -135,8 +135,7 @@ class PluginHandle:
         return self.nominator.nominated_pods(node)
 
     def node_of_pod(self, key: PodKey) -> NodeInfo | None:
-        node = self.cache.node_of(key)
-        return self.cache.node(node) if node is not None else None
+        return self.cache.node_of_pod(key)
 
     @property
     def pod_groups(self) -> PodGroupStates:

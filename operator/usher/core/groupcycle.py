@@ -35,7 +35,7 @@ from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import PlacementProgress
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.defaultpreemption.victims import Budgets, Units, Victim, importance, split_by_budgets
-from usher.core.podgroups import Member, PodGroup
+from usher.core.podgroups import PodGroup
 from usher.core.types import Code, NodeName, PodInfo, PodKey, Status, error
 
 GROUP_UNSCHEDULABLE = "pod group is unschedulable"
@@ -109,7 +109,7 @@ def simulate_group(
     rng: random.Random,
     sampler: NodeSampler | None = None,
     nominated: Callable[[PodInfo], str | None] = lambda pod: None,
-    nodes: Callable[[], Sequence[NodeInfo]] | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
 ) -> GroupSimulation:
     """Place ``pods`` (the group's unscheduled members, in order) on the cache's nodes, all or none.
 
@@ -118,7 +118,7 @@ def simulate_group(
     reserved until ``revert`` (see the module docstring). ``nodes``: the nodes to place on (a placement's
     domain), else every node of the cache.
     """
-    listed = nodes or cache.node_infos
+    listed = nodes if nodes is not None else cache.node_infos()
     simulation = GroupSimulation(group, Status(), [], [], scheduled)
     progress = PlacementProgress(remaining=len(pods), scheduled=scheduled)
     status = framework.run_placement_feasible(group, progress)
@@ -131,7 +131,7 @@ def simulate_group(
         simulation.skipped = list(pods)
         return simulation
     for index, pod in enumerate(pods):
-        member = _place(framework, pod, cache, listed(), new_state(), rng, sampler, nominated(pod), simulation)
+        member = _place(framework, pod, cache, listed, new_state(), rng, sampler, nominated(pod), simulation)
         simulation.members.append(member)
         if member.status.code is Code.ERROR:
             status = error(f"failed to schedule other pod from a pod group: {member.status.message}")
@@ -365,10 +365,6 @@ def _reprieve(
     return evicted, violations
 
 
-def _listed(nodes: NodeList) -> NodeList:
-    return nodes
-
-
 def placements(group: PodGroup, cache: Cache) -> tuple[list[tuple[str, NodeList]], str]:
     """kube-scheduler's TopologyPlacementGenerator: one placement per value of the group's topology key
     among the nodes that carry it, only the domain of its already scheduled members if it has any;
@@ -377,9 +373,8 @@ def placements(group: PodGroup, cache: Cache) -> tuple[list[tuple[str, NodeList]
     every = cache.node_infos()
     required: str | None = None
     state = cache.pod_groups.get(group.key)
-    for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
-        node_name = cache.node_of(member)
-        node = cache.node(node_name) if node_name is not None else None
+    for member in state.scheduled_keys() if state is not None else ():
+        node = cache.node_of_pod(member)
         domain = node.labels.get(key) if node is not None else None
         if domain is None:
             return [], f"cannot determine domain for already scheduled pods: no topology domain found for pod {member}"
@@ -439,7 +434,7 @@ def place_group(
     first: GroupSimulation | None = None
     fitting: list[GroupSimulation] = []
     for _, nodes in domains:
-        simulation = run(nodes=partial(_listed, nodes))
+        simulation = run(nodes=nodes)
         simulation.revert()
         if simulation.status.code is Code.ERROR:
             return simulation, False

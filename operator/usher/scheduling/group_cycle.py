@@ -47,7 +47,7 @@ from usher.core.cycle import NodeSampler
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import RECORD_PLUGIN_METRICS, Framework
 from usher.core.groupcycle import GroupSimulation, MemberOutcome, place_group, validate_group
-from usher.core.podgroups import Member, PodGroup
+from usher.core.podgroups import PodGroup
 from usher.core.queue import QueuedPod, SchedulingQueue
 from usher.core.types import Code, PodInfo, PodKey
 from usher.scheduling.failures import SchedulingFailures
@@ -112,8 +112,7 @@ class PodGroupCycle:
             self._error(members, framework, started, f"PodGroup {key} not found", None)
             return []
         pods = [queued.pod for queued in members]
-        scheduled_keys = (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED))
-        scheduled = [pod for k in scheduled_keys if (pod := self._cache.pod(k)) is not None]
+        scheduled = [pod for k in state.scheduled_keys() if (pod := self._cache.pod(k)) is not None]
         problem = validate_group(group, pods, scheduled)
         if problem:
             self._error(members, framework, started, problem, group)
@@ -125,8 +124,9 @@ class PodGroupCycle:
         simulation, still_assumed = place(
             nominated=lambda pod: self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None
         )
-        self._recorder.algorithm_finished(self._timer() - started)
-        self._recorder.pod_group_algorithm_finished(self._timer() - started)
+        elapsed = self._timer() - started
+        self._recorder.algorithm_finished(elapsed)
+        self._recorder.pod_group_algorithm_finished(elapsed)
         if simulation.placements[0]:
             self._recorder.placements_evaluated(framework.scheduler_name, *simulation.placements)
         if simulation.status.code is Code.ERROR:

@@ -170,13 +170,8 @@ class Preemptor:
         if not any(p.name == DEFAULT_PREEMPTION for p in framework.plugins.post_filter):
             return None
         groups = cache.pod_groups
-
-        def node_of_pod(key: PodKey) -> NodeInfo | None:
-            node = cache.node_of(key)
-            return cache.node(node) if node is not None else None
-
         outcome = preempt_for_group(
-            framework, group, pods, cache, simulate=simulate, units=group_units(groups, node_of_pod),
+            framework, group, pods, cache, simulate=simulate, units=group_units(groups, cache.node_of_pod),
             budgets=cache.disruption_budgets,
             terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
         )  # fmt: skip

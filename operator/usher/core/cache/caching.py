@@ -314,6 +314,11 @@ class Cache:
     def node_of(self, key: PodKey) -> NodeName | None:
         return self._pod_nodes.get(key)
 
+    def node_of_pod(self, key: PodKey) -> NodeInfo | None:
+        """The node a pod is counted on, bound or assumed; None when it is on none."""
+        node = self._pod_nodes.get(key)
+        return self._nodes.get(node) if node is not None else None
+
     @property
     def node_count(self) -> int:
         return sum(1 for i in self._nodes.values() if i.exists)

@@ -59,6 +59,10 @@ class GroupState:
         """The members in ``state``, in key order."""
         return sorted(key for key, (_, member) in self.members.items() if member is state)
 
+    def scheduled_keys(self) -> list[PodKey]:
+        """The assumed members, then the assigned ones (ScheduledPods), each in key order."""
+        return [*self.keys(Member.ASSUMED), *self.keys(Member.ASSIGNED)]
+
     @property
     def empty(self) -> bool:
         return self.pod_group is None and not self.members

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from usher.core.cache import DisruptionBudget, NodeInfo
-from usher.core.podgroups import Member, PodGroupStates
+from usher.core.podgroups import PodGroupStates
 from usher.core.types import Code, NodeName, PodGroupKey, PodInfo, PodKey, Status
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -92,7 +92,7 @@ def group_units(groups: PodGroupStates, node_of_pod: Callable[[PodKey], NodeInfo
     def members(key: PodGroupKey, pod: PodInfo) -> tuple[PodInfo, ...]:
         state = groups.get(key)
         found: list[PodInfo] = []
-        for member in (*state.keys(Member.ASSUMED), *state.keys(Member.ASSIGNED)) if state is not None else ():
+        for member in state.scheduled_keys() if state is not None else ():
             node = node_of_pod(member)
             counted = node.pods.get(member) if node is not None else None
             if counted is not None:
