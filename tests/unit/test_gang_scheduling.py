@@ -347,6 +347,7 @@ async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(ga
 
     assert marked(gangs) == {"default/low-n1", "default/low-n2"}
     assert gangs.recorder.workload_preemptions == [("Success", 2)]
+    assert gangs.recorder.victims_chosen == [], "scheduler_preemption_victims counts single pods' preemptions only"
     assert gangs.recorder.group_attempts == ["unschedulable"], "it waits for its victims to go"
     nominator = gangs.scheduler.queue.nominator
     assert {nominator.node_of(PodKey(f"default/m{i}")) for i in range(2)} == {"n1", "n2"}

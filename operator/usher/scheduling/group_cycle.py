@@ -150,7 +150,6 @@ class PodGroupCycle:
         assumed = self._commit(framework, simulation, by_key, started)
         if assumed:  # else _commit failed and _error recorded it
             self._recorder.pod_group_attempt_finished("scheduled", framework.scheduler_name, self._timer() - started)
-        if assumed:
             for member in simulation.failed:
                 self._member_failed(framework, by_key[member.pod.key], member, outcomes.get(member.pod.key), started)
             for pod in simulation.skipped:  # none: only a failing group stops early; but none may stay in flight

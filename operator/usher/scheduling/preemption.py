@@ -153,6 +153,7 @@ class Preemptor:
         assert node is not None
         self._clear_lower_nominations(pod, node)
         self._queue.nominate(pod, node)
+        self._recorder.preemption_victims_chosen(len(result.victims))
         self._evict(pod, node, result.victims, profile, result.status.plugin or DEFAULT_PREEMPTION)
 
     def group_post_filter(
@@ -191,7 +192,6 @@ class Preemptor:
         return outcome
 
     def _evict(self, pod: PodInfo, node: str, victims: Sequence[PodInfo], profile: str, plugin: str) -> None:
-        self._recorder.preemption_victims_chosen(len(victims))
         logger.info("pod %s nominated to %s; preempting %s", pod.key, node, ", ".join(v.key for v in victims) or "none")
         to_delete = []
         for victim in victims:
