@@ -58,11 +58,15 @@ _CLUSTER_DUMP_KINDS = (
 #: The session's API server serves PodGroups and Workloads (GenericWorkload, scheduling.k8s.io/v1beta1), as
 #: the conformance harness's does: usher's gang scheduling needs them (e2e/test_gangs.py), and what else the
 #: gate turns on (an optional pod field, two beta APIs) changes nothing for the other tests.
-#: TopologyAwareWorkloadScheduling too: the API server keeps a PodGroup's schedulingConstraints only with it.
+#: TopologyAwareWorkloadScheduling too: the API server keeps a PodGroup's schedulingConstraints only with it;
+#: and DRAWorkloadResourceClaims, without which it drops a PodGroup's resourceClaims.
 API_SERVER_ARGS = (
-    f"--feature-gates={FEATURE_GATES},TopologyAwareWorkloadScheduling=true",
+    f"--feature-gates={FEATURE_GATES},TopologyAwareWorkloadScheduling=true,DRAWorkloadResourceClaims=true",
     f"--runtime-config={ALPHA_BETA_APIS}",
 )
+#: DRAWorkloadResourceClaims on kube-controller-manager too: its resourceclaim controller makes a PodGroup's
+#: claims from templates and records them in the PodGroup's and its pods' status (e2e/test_gangs.py).
+KCM_ARGS = ("--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true",)
 
 _RUN_DIR = pytest.StashKey[Path]()
 _PLANE = pytest.StashKey[Cluster]()
@@ -115,7 +119,9 @@ def _open_cluster(workdir: Path, started: contextlib.ExitStack) -> Cluster:
     external = os.environ.get(EXTERNAL_KUBECONFIG_ENV)
     if external:
         return ExternalCluster.from_kubeconfig(Path(external), workdir)
-    return started.enter_context(controlplane.running(workdir, extra_apiserver_args=API_SERVER_ARGS))
+    return started.enter_context(
+        controlplane.running(workdir, extra_apiserver_args=API_SERVER_ARGS, extra_kcm_args=KCM_ARGS)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ import kubernetes.client
 import pytest
 
 from e2e.controlplane import wait_for
+from e2e.dra_driver import Driver, claim, claim_template
+from e2e.test_dra import claims_in
 from e2e.test_not_ready import explain, notes, pod_scheduled
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest
 from e2e.usher_process import UsherProcess
@@ -270,3 +272,61 @@ def test_a_gang_with_a_topology_constraint_is_bound_within_one_rack(
     assert scheduler.metric("scheduler_generated_placements_total") == 2
     assert scheduler.metric("scheduler_placement_evaluations_total", result="feasible") == 1
     assert assert_no_node_overcommitted(core_api, rack_a + rack_b)
+
+
+def shared_claim_member(name: str, scheduler: str, group: str, entry: dict[str, Any]) -> dict[str, Any]:
+    pod = gang_member(name, scheduler, group, cpu="100m")
+    pod["spec"]["resourceClaims"] = [entry]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": entry["name"]}]
+    return pod
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param({"name": "gpu", "resourceClaimName": "shared"}, id="claim"),
+        pytest.param({"name": "gpu", "resourceClaimTemplateName": "one-gpu"}, id="template"),
+    ],
+)
+def test_a_gang_shares_one_claim_through_its_pod_group(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+    entry: dict[str, Any],
+) -> None:
+    """DRAWorkloadResourceClaims: the PodGroup lists the claim (an existing one, or a template
+    kube-controller-manager makes one claim of for the group); all four members name it, so the device is
+    allocated once, in the gang's one cycle, every member lands on its node, and the claim is reserved for
+    the PodGroup instead of for each pod."""
+    nodes = [kwok_nodes(f"d{i}", cpu="4") for i in range(3)]
+    for node in nodes:
+        driver.publish_node(node, devices=1)
+    if "resourceClaimName" in entry:
+        driver.resource.create_namespaced_resource_claim(namespace, claim("shared", driver.class_name))
+    else:
+        driver.resource.create_namespaced_resource_claim_template(
+            namespace, claim_template("one-gpu", driver.class_name)
+        )
+    scheduler = usher()
+    group = pod_group("train", 4)
+    group["spec"]["resourceClaims"] = [entry]
+    created = scheduling.create_namespaced_pod_group(namespace, group)
+    assert created.spec.resource_claims, "the API server kept the PodGroup's claims"
+    members = [f"w{i}" for i in range(4)]
+    for name in members:
+        core_api.create_namespaced_pod(namespace, shared_claim_member(name, scheduler.scheduler_name, "train", entry))
+
+    wait_for(lambda: bound(core_api, namespace, *members) == members, 60, "the whole gang bound")
+    [item] = claims_in(driver.resource, namespace)
+    if "resourceClaimTemplateName" in entry:
+        [owner] = item["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("PodGroup", "train", created.metadata.uid)
+    [result] = item["status"]["allocation"]["devices"]["results"]
+    assert item["status"]["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": created.metadata.uid}
+    ]
+    placed = {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in members}
+    assert placed == {result["pool"]}, f"every member on the node of the one device: {placed}"

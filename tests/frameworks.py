@@ -67,6 +67,7 @@ class RecordingClaimWriter:
     writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     removed: list[tuple[str, str, str]] = field(default_factory=list)
+    deallocated: list[tuple[str, str, str]] = field(default_factory=list)
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _answer(self, kind: str, claim: Mapping[str, Any]) -> WriteResult:
@@ -88,6 +89,9 @@ class RecordingClaimWriter:
 
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self.removed.append((f"{namespace}/{name}", claim_uid, pod_uid))
+
+    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+        self.deallocated.append((f"{namespace}/{name}", claim_uid, resource_version))
 
 
 @dataclass

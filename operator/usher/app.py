@@ -168,7 +168,7 @@ def build_scheduler(
     cache = Cache(pod_groups=PodGroupStates(enabled=gangs))
     waiting_pods = WaitingPods()
     nominator = Nominator()
-    dra = DraState()
+    dra = DraState(workload_claims=gangs and gates.dra_workload_resource_claims)
     volumes = volumes or VolumeState()
     evictions = Evictions()
     handle = PluginHandle(
@@ -302,6 +302,7 @@ def build_scheduler(
         loop=loop,
         evictions=evictions,
         volumes=volumes,
+        dra=dra,
         synced=synced,
     )
 

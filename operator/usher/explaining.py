@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from usher.core.podgroups import Member
+from usher.core.dra.model import allocated_devices
+from usher.core.podgroups import Member, PodGroup
 from usher.core.queue import QueuedPod, Where
 from usher.core.types import PodInfo, PodKey
 from usher.core.volumes.podvolumes import pod_claim_refs
@@ -135,6 +136,8 @@ def pod_group_report(scheduler: Scheduler, pod: PodInfo) -> dict[str, Any] | Non
         report["topologyKey"] = group.topology_key
     if group.disrupted_together:
         report["disruptionMode"] = "All"
+    if group.claims:
+        report["claims"] = _group_claims(scheduler, group)
     if group.workload is not None:
         workload = groups.workload(group.namespace, group.workload.workload)
         report["workload"] = {
@@ -228,6 +231,28 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _group_claims(scheduler: Scheduler, group: PodGroup) -> list[dict[str, str]]:
+    """The PodGroup's shared claims (DRAWorkloadResourceClaims): which claim each is and where it stands."""
+    dra = scheduler.dra
+    claims = []
+    for group_claim in group.claims:
+        name = group_claim.claim_name or group.generated_claim(group_claim.name)
+        claim = dra.claim(f"{group.namespace}/{name}") if name else None
+        if name is None:
+            state = f"not created yet from template {group_claim.template_name}"
+        elif claim is None:
+            state = "not found"
+        elif claim.allocation is not None:
+            held = "reserved for the PodGroup" if group.uid in claim.reserved_for else "not reserved for the PodGroup"
+            state = f"allocated ({len(allocated_devices(claim))} device(s)), {held}"
+        elif f"{group.namespace}/{name}" in dra.in_flight:
+            state = "allocation chosen, being written"
+        else:
+            state = "not allocated"
+        claims.append({"name": group_claim.name, "claim": name or "", "state": state})
+    return claims
+
+
 def _render_pod_group(group: dict[str, Any]) -> list[str]:
     if "policy" not in group:
         return [f"  pod group {group['name']}: waiting for {group['waitingFor']}"]
@@ -244,6 +269,9 @@ def _render_pod_group(group: dict[str, Any]) -> list[str]:
     lines = [f"  pod group {group['name']} ({policy}): {group['known']} pod(s) known, {group['scheduled']} scheduled"]
     if "waitingFor" in group:
         lines.append(f"    waiting for {group['waitingFor']}")
+    for claim in group.get("claims", ()):
+        named = f" -> {claim['claim']}" if claim["claim"] else ""
+        lines.append(f"    shared claim {claim['name']}{named}: {claim['state']}")
     members = ", ".join(f"{key.split('/', 1)[-1]} {state}" for key, state in group["members"].items())
     more = f" and {group['membersLeftOut']} more" if group["membersLeftOut"] else ""
     lines.append(f"    members: {members}{more}")

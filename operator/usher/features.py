@@ -21,7 +21,7 @@ def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeatureGates:
     """Every gate usher knows, on or off. Defaults as in kube-scheduler v1.37 (README's table), except
-    GenericWorkload and TopologyAwareWorkloadScheduling (usher schedules gangs by default,
+    GenericWorkload, TopologyAwareWorkloadScheduling and DRAWorkloadResourceClaims (usher schedules gangs by default,
     kube-scheduler only when told to) and
     SchedulerPreQueueingHints and SchedulerAsyncAPICalls (off in kube-scheduler; usher's queue and
     dispatcher are built around them)."""
@@ -73,10 +73,26 @@ class FeatureGates:
             "on in usher, off by default in kube-scheduler)"
         ),
     )
+    dra_workload_resource_claims: bool = _gate(
+        "DRAWorkloadResourceClaims",
+        default=True,
+        stage="Beta",
+        description=(
+            "a PodGroup's spec.resourceClaims are shared by its pods and reserved for the group (needs "
+            "GenericWorkload; on in usher, off by default in kube-scheduler)"
+        ),
+    )
 
 
 _ATTRIBUTES = {f.metadata["name"]: f.name for f in fields(FeatureGates)}
 """kube-scheduler gate name -> attribute; the only place names become attributes."""
+_NAMES = {attribute: name for name, attribute in _ATTRIBUTES.items()}
+
+_NEED_GENERIC_WORKLOAD = {
+    "topology_aware_workload_scheduling": "it places PodGroups",
+    "dra_workload_resource_claims": "it reserves claims for PodGroups",
+}
+"""Gates that depend on GenericWorkload (and follow it off unless set) -> why."""
 
 
 def by_name(gates: FeatureGates) -> dict[str, bool]:
@@ -106,14 +122,17 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
         # usher's SchedulerPreEnqueuePodStatus (not a kube-scheduler gate) then follows it off rather
         # than refusing a configuration kube-scheduler accepts.
         values["pre_enqueue_pod_status"] = False
-    if values.get("generic_workload") is False and "topology_aware_workload_scheduling" not in values:
-        values["topology_aware_workload_scheduling"] = False  # it depends on GenericWorkload, as in kube-scheduler
+    for dependent in _NEED_GENERIC_WORKLOAD:
+        if values.get("generic_workload") is False and dependent not in values:
+            values[dependent] = False  # it depends on GenericWorkload, as in kube-scheduler
     gates = FeatureGates(**values)
-    if gates.topology_aware_workload_scheduling and not gates.generic_workload:
-        raise ConfigError(
-            "--feature-gates: TopologyAwareWorkloadScheduling=true requires GenericWorkload=true "
-            "(it places PodGroups); disable TopologyAwareWorkloadScheduling too, or keep GenericWorkload on"
-        )
+    for dependent, what in _NEED_GENERIC_WORKLOAD.items():
+        if getattr(gates, dependent) and not gates.generic_workload:
+            name = _NAMES[dependent]
+            raise ConfigError(
+                f"--feature-gates: {name}=true requires GenericWorkload=true ({what}); "
+                f"disable {name} too, or keep GenericWorkload on"
+            )
     if gates.pre_enqueue_pod_status and not gates.async_api_calls:
         raise ConfigError(
             "--feature-gates: SchedulerPreEnqueuePodStatus=true requires SchedulerAsyncAPICalls=true "

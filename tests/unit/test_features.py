@@ -51,6 +51,10 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
             "GenericWorkload=false,TopologyAwareWorkloadScheduling=true",
             "TopologyAwareWorkloadScheduling=true requires GenericWorkload=true",
         ),
+        (
+            "GenericWorkload=false,DRAWorkloadResourceClaims=true",
+            "DRAWorkloadResourceClaims=true requires GenericWorkload=true (it reserves claims for PodGroups)",
+        ),
     ],
     ids=[
         "unknown name",
@@ -59,6 +63,7 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
         "no value",
         "PreEnqueuePodStatus needs AsyncAPICalls",
         "TopologyAware needs GenericWorkload",
+        "DRAWorkloadResourceClaims needs GenericWorkload",
     ],
 )
 def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
@@ -79,7 +84,12 @@ def test_kube_schedulers_default_for_async_api_calls_turns_usher_s_dependent_gat
     assert (gates.async_api_calls, gates.pre_enqueue_pod_status) == (False, False)
 
 
-def test_turning_gang_scheduling_off_turns_its_topology_placement_off() -> None:
+def test_turning_gang_scheduling_off_turns_its_topology_placement_and_shared_claims_off() -> None:
     gates = parse_feature_gates("GenericWorkload=false")
-    assert (gates.generic_workload, gates.topology_aware_workload_scheduling) == (False, False)
+    assert (gates.generic_workload, gates.topology_aware_workload_scheduling, gates.dra_workload_resource_claims) == (
+        False,
+        False,
+        False,
+    )
     assert parse_feature_gates("TopologyAwareWorkloadScheduling=false").generic_workload is True
+    assert parse_feature_gates("DRAWorkloadResourceClaims=false").generic_workload is True

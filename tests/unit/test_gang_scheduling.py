@@ -21,6 +21,7 @@ import pytest
 
 from tests.builders import make_node, make_pod, make_pod_group
 from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
+from tests.unit.dra.builders import make_claim
 from tests.unit.test_scheduling import Harness, RecordingRecorder, RecordingWriter, ScriptedBinder
 from usher.app import build_scheduler
 from usher.config import default_config, parse_config
@@ -498,3 +499,28 @@ async def test_explain_names_the_gangs_topology_and_disruption_mode(gangs: Gangs
     assert line.startswith(
         "  pod group default/train (gang, minCount 3, all in one domain of rack, preempted as a whole): "
     )
+
+
+async def test_explain_shows_the_claims_a_pod_group_shares(gangs: Gangs) -> None:
+    raw = gangs.pod_group(
+        "train",
+        3,
+        resourceClaims=[
+            {"name": "gpu", "resourceClaimName": "shared"},
+            {"name": "nic", "resourceClaimTemplateName": "one-nic"},
+        ],
+    )
+    claim = make_claim().name("shared").uid("cu").request("gpu", "gpu").obj()
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "n1", "device": "g0"}]}},
+        "reservedFor": [
+            {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": raw["metadata"]["uid"]}
+        ],
+    }
+    gangs.scheduler.events.on_dra("resourceclaims", "ADDED", claim)
+    gangs.member("a")
+    await gangs.idle()
+
+    lines = render(explain(gangs.scheduler, PodKey("default/a"))).splitlines()
+    assert "    shared claim gpu -> shared: allocated (1 device(s)), reserved for the PodGroup" in lines
+    assert "    shared claim nic: not created yet from template one-nic" in lines

@@ -45,6 +45,15 @@ class DispatcherClaimWriter:
         request = Request("PATCH", claim_path(namespace, name) + "/status", patch, STRATEGIC_MERGE)
         self._dispatcher.add(ApiCall.fixed("resourceclaim_unreserve", None, request))
 
+    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+        patch = {
+            # Preconditions: the same claim, unchanged since usher decided (a 409 drops the write).
+            "metadata": {"uid": claim_uid, "resourceVersion": resource_version},
+            "status": {"allocation": None, "reservedFor": None, "devices": None},
+        }
+        request = Request("PATCH", claim_path(namespace, name) + "/status", patch, STRATEGIC_MERGE)
+        self._dispatcher.add(ApiCall.fixed("resourceclaim_deallocate", None, request))
+
     async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:
         meta = claim.get("metadata") or {}
         path = claim_path(str(meta.get("namespace")), str(meta.get("name"))) + suffix

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from usher.core.cache import Cache
 from usher.core.clock import Clock
+from usher.core.dra.state import DraState
 from usher.core.framework.runtime import Framework
 from usher.core.queue import SchedulingQueue
 from usher.core.volumes.state import VolumeState
@@ -34,5 +35,7 @@ class Scheduler:
     """Preemptions in flight: whose victims are still being removed."""
     volumes: VolumeState
     """PVCs, PVs and storage classes as watched (``usher explain`` shows a pod's claims)."""
+    dra: DraState
+    """ResourceClaims as watched and in flight (``usher explain`` shows a PodGroup's shared claims)."""
     synced: asyncio.Event
     """Set once the cache holds everything the initial LIST saw."""

@@ -23,6 +23,9 @@ EXACT_COUNT = "ExactCount"
 ALL = "All"
 AllocationMode: TypeAlias = Literal["ExactCount", "All"]
 
+SCHEDULING_GROUP = "scheduling.k8s.io"
+"""The API group of PodGroups: a claim reserved for, or made for, a PodGroup names it (DRAWorkloadResourceClaims)."""
+
 RESULTS_MAX_SIZE = 32
 """At most this many devices in one claim's ``status.allocation.devices.results`` (the API limit)."""
 
@@ -160,6 +163,10 @@ class Claim:
     """UID of the controller ownerReference (the pod of a template claim), or ""."""
     finalizers: tuple[str, ...]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    reserved_for_groups: tuple[str, ...] = ()
+    """Names of the PodGroups (scheduling.k8s.io ``podgroups``) in ``status.reservedFor``."""
+    owner_group: str = ""
+    """Name of the controlling PodGroup (a claim made from a PodGroup's template), or ""."""
 
     @property
     def key(self) -> str:
@@ -428,14 +435,22 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
     allocation = status.get("allocation")
     if allocation is not None:
         allocation = _mapping(allocation, "status.allocation")
-    reserved_for = tuple(
-        str(_mapping(r, f"status.reservedFor[{i}]").get("uid", ""))
+    consumers = [
+        _mapping(r, f"status.reservedFor[{i}]")
         for i, r in enumerate(_list(status.get("reservedFor"), "status.reservedFor"))
+    ]
+    reserved_for = tuple(str(r.get("uid", "")) for r in consumers)
+    reserved_for_groups = tuple(
+        str(r.get("name", ""))
+        for r in consumers
+        if r.get("apiGroup") == SCHEDULING_GROUP and r.get("resource") == "podgroups"
     )
-    owner_uid = ""
+    owner_uid = owner_group = ""
     for i, ref in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences")):
         if _mapping(ref, f"metadata.ownerReferences[{i}]").get("controller") is True:
             owner_uid = str(ref.get("uid", ""))
+            if ref.get("kind") == "PodGroup" and str(ref.get("apiVersion", "")).startswith(SCHEDULING_GROUP + "/"):
+                owner_group = str(ref.get("name", ""))
             break
     return Claim(
         namespace=_string(meta.get("namespace"), "metadata.namespace"),
@@ -449,6 +464,8 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
         reserved_for=reserved_for,
         deleting=meta.get("deletionTimestamp") is not None,
         owner_uid=owner_uid,
+        reserved_for_groups=reserved_for_groups,
+        owner_group=owner_group,
         finalizers=tuple(str(f) for f in _list(meta.get("finalizers"), "metadata.finalizers")),
         raw=raw,
     )

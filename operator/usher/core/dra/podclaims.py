@@ -16,7 +16,7 @@ them, so the index follows both spec and status.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from usher.core.types import PodKey
@@ -28,6 +28,8 @@ class PodClaim:
 
     claim_name: str
     from_template: bool
+    entry: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The pod's ``spec.resourceClaims`` entry (a PodGroup's claim is one its pods name the same way)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +50,14 @@ def resolve_pod_claims(pod: Mapping[str, Any]) -> Resolution:
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = entry.get("name", "")
         if entry.get("resourceClaimName"):
-            claims.append(PodClaim(entry["resourceClaimName"], from_template=False))
+            claims.append(PodClaim(entry["resourceClaimName"], from_template=False, entry=entry))
         elif entry.get("resourceClaimTemplateName"):
             if name not in statuses:
                 pod_ref = f"{meta.get('namespace')}/{meta.get('name')}"
                 return Resolution(tuple(claims), f'pod "{pod_ref}": ResourceClaim not created yet')
             generated = statuses[name]
             if generated:
-                claims.append(PodClaim(generated, from_template=True))
+                claims.append(PodClaim(generated, from_template=True, entry=entry))
         else:
             return Resolution(tuple(claims), "none of the supported fields are set")
     return Resolution(tuple(claims))

@@ -31,3 +31,8 @@ class ClaimWriter(Protocol):
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         """Queue the removal of a pod from ``status.reservedFor`` (rollback); returns at once."""
         ...
+
+    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+        """Queue clearing the claim's allocation, reservations and device status, if it is still at
+        ``resource_version`` (else the write is refused and dropped); returns at once."""
+        ...

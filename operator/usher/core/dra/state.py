@@ -34,7 +34,7 @@ from usher.core.dra.model import (
     parse_slice,
 )
 from usher.core.dra.podclaims import ClaimIndex
-from usher.core.types import PodKey, version_not_older
+from usher.core.types import PodGroupKey, PodKey, version_not_older
 
 
 def claim_key(namespace: str, name: str) -> str:
@@ -49,6 +49,8 @@ class InFlight:
     claim_uid: str
     allocation: Allocation
     devices: frozenset[DeviceId]
+    group: PodGroupKey | None = None
+    """The allocating pod's PodGroup: the group's other pods may share the allocation before it is written."""
 
 
 class DraState:
@@ -57,7 +59,9 @@ class DraState:
     Fed by watch events and by the DynamicResources plugin; see the module docstring for the rules.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, workload_claims: bool = True) -> None:
+        self.workload_claims = workload_claims
+        """DRAWorkloadResourceClaims: a PodGroup's claims are reserved for the group, not for each pod."""
         self._watched: dict[str, Claim] = {}
         self._assumed: dict[str, Claim] = {}
         self.slices: dict[str, Slice] = {}
@@ -65,6 +69,8 @@ class DraState:
         self.slices_version = 0
         """Bumped on every slice change, so a per-cycle inventory is rebuilt only when needed."""
         self.in_flight: dict[str, InFlight] = {}
+        self._sharers: dict[str, set[PodKey]] = {}
+        """claim key -> the pods that reserved its in-flight allocation (the allocating pod first)."""
         self.index = ClaimIndex()
         self.broken: dict[str, str] = {}
         """Objects the API served that usher cannot parse: key -> why (reported on the pods they block)."""
@@ -125,10 +131,34 @@ class DraState:
     def add_in_flight(self, key: str, entry: InFlight) -> None:
         self.remove_in_flight(key)
         self.in_flight[key] = entry
+        self._sharers[key] = {entry.pod}
         self._use.update(entry.devices)
         self._changed(entry.devices)
 
+    def share_in_flight(self, key: str, pod: PodKey) -> bool:
+        """Another pod of the allocating pod's group reserves the same in-flight allocation (False: none)."""
+        sharers = self._sharers.get(key)
+        if sharers is None:
+            return False
+        sharers.add(pod)
+        return True
+
+    def holds(self, key: str, pod: PodKey) -> bool:
+        """Whether the pod reserved the claim's in-flight allocation (made it, or shares it)."""
+        return pod in self._sharers.get(key, ())
+
+    def release_in_flight(self, key: str, pod: PodKey) -> None:
+        """The pod no longer needs the in-flight allocation; it is dropped once no pod does."""
+        sharers = self._sharers.get(key)
+        if sharers is None or pod not in sharers:
+            return
+        sharers.discard(pod)
+        if not sharers:
+            self.remove_in_flight(key)
+
     def remove_in_flight(self, key: str) -> InFlight | None:
+        """Drop the in-flight allocation, whoever shares it (it was written, or is void)."""
+        self._sharers.pop(key, None)
         entry = self.in_flight.pop(key, None)
         if entry is not None:
             self._use.subtract(entry.devices)

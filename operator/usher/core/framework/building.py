@@ -37,6 +37,7 @@ from usher.core.framework.interface import (
     PermitPlugin,
     PlacementFeasiblePlugin,
     Plugin,
+    PodGroupPostFilterPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
@@ -188,12 +189,17 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         placement_feasible=[
             plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PlacementFeasiblePlugin)
         ],
+        pod_group_post_filter=[
+            plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PodGroupPostFilterPlugin)
+        ],
     )
     if plugin_set.queue_sort is None:
         raise ProfileError(f"{profile.path}.plugins.queueSort: a queue sort plugin is required")
     if not plugin_set.bind:
         raise ProfileError(f"{profile.path}.plugins.bind: a bind plugin is required")
-    enabled = {ref.name for refs in chosen.values() for ref in refs} | {p.name for p in plugin_set.placement_feasible}
+    enabled = {ref.name for refs in chosen.values() for ref in refs} | {
+        p.name for p in (*plugin_set.placement_feasible, *plugin_set.pod_group_post_filter)
+    }
     plugin_set.all.extend(plugin for name, plugin in instances.built.items() if name in enabled)
     return plugin_set
 
@@ -238,6 +244,9 @@ class _Unconnected:
         self._refuse()
 
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
+        self._refuse()
+
+    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
         self._refuse()
 
     async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:

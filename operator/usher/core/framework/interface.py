@@ -264,6 +264,21 @@ class PlacementFeasiblePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class PodGroupPostFilterPlugin(Plugin, Protocol):
+    """Runs when a pod-group cycle placed nobody, to make a later cycle succeed (DynamicResources releases
+    the claims the group holds). Workload-aware preemption, kube-scheduler's other PodGroupPostFilter, is
+    the scheduler's own (``Preemptor.group_post_filter``).
+
+    Enabled through ``multiPoint`` only, like PlacementFeasible.
+    """
+
+    def pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
+        """``pods``: the members the cycle tried. Success: something changed that lets the group fit;
+        Unschedulable (with what was done, if anything): the group stays unschedulable for now."""
+        ...
+
+
+@runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
     """Writes what must exist before the binding (claim allocations), in the binding cycle."""
 

@@ -31,6 +31,7 @@ from usher.core.framework.interface import (
     PlacementFeasiblePlugin,
     PlacementProgress,
     Plugin,
+    PodGroupPostFilterPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -107,6 +108,7 @@ class PluginSet:
     bind: list[BindPlugin] = field(default_factory=list)
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     placement_feasible: list[PlacementFeasiblePlugin] = field(default_factory=list)
+    pod_group_post_filter: list[PodGroupPostFilterPlugin] = field(default_factory=list)
     """Pod-group cycles only; enabled through multiPoint."""
     all: list[Plugin] = field(default_factory=list)
     """Every enabled plugin (each once), for EnqueueExtensions."""
@@ -435,6 +437,23 @@ class Framework:
                 result = error(message).with_plugin(plugin.name)
             break
         self._point("PlacementFeasible", result, started)
+        return result
+
+    def run_pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
+        """Every PodGroupPostFilter plugin in turn until one makes the group schedulable (Success); an error
+        ends it. Unschedulable statuses are merged (what each did, for the log)."""
+        started = self._timer()
+        reasons: list[str] = []
+        result = Status(Code.UNSCHEDULABLE)
+        for plugin in self.plugins.pod_group_post_filter:
+            status = _guarded(plugin.pod_group_post_filter, group, pods)
+            if status.ok or status.code is Code.ERROR:
+                result = status.with_plugin(plugin.name)
+                break
+            reasons.extend(status.reasons)
+        else:
+            result = Status(Code.UNSCHEDULABLE, tuple(reasons))
+        self._point("PodGroupPostFilter", result, started)
         return result
 
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:

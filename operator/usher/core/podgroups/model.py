@@ -37,6 +37,29 @@ class WorkloadRef:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupClaim:
+    """One entry of ``spec.resourceClaims`` (DRAWorkloadResourceClaims): a claim the group's pods share.
+
+    A pod uses it by naming a claim of its own with the same name and the same reference; such a claim
+    is reserved for the PodGroup instead of for each pod.
+    """
+
+    name: str
+    claim_name: str | None
+    """``resourceClaimName``: an existing claim."""
+    template_name: str | None
+    """``resourceClaimTemplateName``: kube-controller-manager makes one claim for the group from it."""
+
+    def matches(self, entry: Mapping[str, Any]) -> bool:
+        """Whether a pod's ``spec.resourceClaims`` entry is this claim (same name, same reference)."""
+        return (
+            entry.get("name") == self.name
+            and entry.get("resourceClaimName") == self.claim_name
+            and entry.get("resourceClaimTemplateName") == self.template_name
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PodGroup:
     """One version of a PodGroup: its scheduling policy, priority and the condition usher writes."""
 
@@ -58,6 +81,24 @@ class PodGroup:
     """``spec.disruptionMode.all``: preemption evicts all its scheduled pods or none (else one by one)."""
     topology_key: str = ""
     """``spec.schedulingConstraints.topology[0].key``: all its pods in one domain of that node label."""
+    claims: tuple[GroupClaim, ...] = ()
+    """``spec.resourceClaims``: claims shared by its pods and reserved for the group."""
+
+    def claim_for(self, entry: Mapping[str, Any]) -> GroupClaim | None:
+        """The group's claim a pod's ``spec.resourceClaims`` entry refers to, or None (the pod's own)."""
+        for claim in self.claims:
+            if claim.matches(entry):
+                return claim
+        return None
+
+    def generated_claim(self, name: str) -> str | None:
+        """The name kube-controller-manager gave the claim made from the template of group claim ``name``
+        (``status.resourceClaimStatuses``), or None while it has not."""
+        for status in (self.raw.get("status") or {}).get("resourceClaimStatuses") or ():
+            if isinstance(status, Mapping) and status.get("name") == name:
+                generated = status.get("resourceClaimName")
+                return str(generated) if generated else None
+        return None
 
     @property
     def gang(self) -> bool:
@@ -118,7 +159,22 @@ class PodGroup:
             raw=raw,
             disrupted_together=isinstance(mode := spec.get("disruptionMode"), Mapping) and mode.get("all") is not None,
             topology_key=_topology_key(spec.get("schedulingConstraints")),
+            claims=_group_claims(spec.get("resourceClaims")),
         )
+
+
+def _group_claims(entries: Any) -> tuple[GroupClaim, ...]:
+    if not isinstance(entries, list):
+        return ()
+    return tuple(
+        GroupClaim(
+            str(entry.get("name") or ""),
+            str(entry["resourceClaimName"]) if entry.get("resourceClaimName") else None,
+            str(entry["resourceClaimTemplateName"]) if entry.get("resourceClaimTemplateName") else None,
+        )
+        for entry in entries
+        if isinstance(entry, Mapping)
+    )
 
 
 def _topology_key(constraints: Any) -> str:

@@ -56,7 +56,7 @@ from usher.core.dra.allocation import (
     surely_unsatisfiable,
 )
 from usher.core.dra.matching import SelectorResults
-from usher.core.dra.model import Claim, DeviceId
+from usher.core.dra.model import SCHEDULING_GROUP, Claim, DeviceId, allocated_devices
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
@@ -65,6 +65,7 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     FilterPlugin,
+    PodGroupPostFilterPlugin,
     PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
@@ -74,11 +75,22 @@ from usher.core.framework.interface import (
 from usher.core.framework.names import DYNAMIC_RESOURCES
 from usher.core.hints import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only, this_pod_changed
 from usher.core.selectors import SelectorError, node_selector_matches
-from usher.core.types import SUCCESS, Code, NodeName, PodInfo, PodKey, QueueingHint, Status, error, unschedulable
+from usher.core.types import (
+    SUCCESS,
+    Code,
+    NodeName,
+    PodGroupKey,
+    PodInfo,
+    QueueingHint,
+    Status,
+    error,
+    unschedulable,
+)
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
     from usher.core.framework.cycle_state import CycleState
+    from usher.core.podgroups import PodGroup, PodGroupStates
 
 NAME = DYNAMIC_RESOURCES
 STATE_KEY = "DynamicResources/state"
@@ -97,11 +109,18 @@ class DraHandle(Protocol):
     @property
     def claims(self) -> ClaimWriter: ...
 
+    @property
+    def pod_groups(self) -> PodGroupStates: ...
+
 
 @dataclass(slots=True)
 class _CycleData:
     claims: list[tuple[PodClaim, Claim]]
+    bindings: Mapping[str, Mapping[str, str]]
+    """claim key -> the ``status.reservedFor`` entry it gets: the pod, or its PodGroup for a group's claim."""
     allocated: list[Claim]
+    pending: list[tuple[Claim, InFlight]]
+    """Claims whose allocation another pod of the same PodGroup reserved and nobody has written yet."""
     unallocated: list[Claim]
     inventory: Inventory
     plan: ClaimsPlan
@@ -144,6 +163,7 @@ class DynamicResources:
     ) -> None:
         self._dra = handle.dra
         self._writer = handle.claims
+        self._groups = handle.pod_groups
         self._filter_timeout = filter_timeout
         self._inventory: Inventory | None = None
         self._inventory_version = -1
@@ -178,11 +198,41 @@ class DynamicResources:
             if claim.deleting:
                 return [], unschedulable(f'resourceclaim "{pod_claim.claim_name}" is being deleted', resolvable=False)
             if pod_claim.from_template and claim.owner_uid != pod.uid:
-                return [], unschedulable(
-                    f"ResourceClaim {key} was not created for pod {pod.key} (pod is not owner)", resolvable=False
-                )
+                if not (self._dra.workload_claims and pod.pod_group):
+                    return [], unschedulable(
+                        f"ResourceClaim {key} was not created for pod {pod.key} (pod is not owner)", resolvable=False
+                    )
+                if claim.owner_group != pod.pod_group:
+                    return [], unschedulable(
+                        f"ResourceClaim {key} was not created for pod {pod.key} "
+                        f"(neither pod nor PodGroup {pod.pod_group} is the owner)",
+                        resolvable=False,
+                    )
             found.append((pod_claim, claim))
         return found, SUCCESS
+
+    def _bindings(
+        self, pod: PodInfo, claims: Sequence[tuple[PodClaim, Claim]]
+    ) -> tuple[dict[str, dict[str, str]], Status]:
+        """Who each claim is reserved for: the pod, or (DRAWorkloadResourceClaims) its PodGroup when the
+        PodGroup's ``spec.resourceClaims`` has the same entry (kube-scheduler's resourceclaim.BindTo)."""
+        own = {"resource": "pods", "name": pod.name, "uid": pod.uid}
+        key = pod.group_key
+        if not self._dra.workload_claims or key is None or not self._groups.enabled:
+            return {claim.key: own for _, claim in claims}, SUCCESS
+        group = self._groups.pod_group(key)
+        if group is None:
+            return {}, unschedulable(f'podgroup.scheduling.k8s.io "{pod.pod_group}" not found')
+        for group_claim in group.claims:
+            if (group_claim.claim_name is None) == (group_claim.template_name is None):
+                return {}, unschedulable(
+                    f"PodGroup {group.key} claim {group_claim.name}: none of the supported fields are set",
+                    resolvable=False,
+                )
+        reference = {"apiGroup": SCHEDULING_GROUP, "resource": "podgroups", "name": group.name, "uid": group.uid}
+        return {
+            claim.key: reference if group.claim_for(pod_claim.entry) is not None else own for pod_claim, claim in claims
+        }, SUCCESS
 
     # ------------------------------------------------------------------ PreFilter / Filter
 
@@ -194,7 +244,11 @@ class DynamicResources:
         claims, status = self._resolve(pod)
         if not status.ok:
             return None, status
+        bindings, status = self._bindings(pod, claims)
+        if not status.ok:
+            return None, status
         allocated: list[Claim] = []
+        pending: list[tuple[Claim, InFlight]] = []
         unallocated: list[Claim] = []
         for _, claim in claims:
             if claim.allocation is not None:
@@ -202,7 +256,11 @@ class DynamicResources:
                 continue
             key = claim_key(claim.namespace, claim.name)
             in_flight = self._dra.in_flight.get(key)
-            if in_flight is not None and in_flight.pod != pod.key:
+            if in_flight is not None and not self._dra.holds(key, pod.key):
+                if in_flight.group is not None and in_flight.group == self._group_of(pod):
+                    # Another pod of the same PodGroup reserved it: share the allocation before it is written.
+                    pending.append((claim, in_flight))
+                    continue
                 return None, unschedulable(f"resource claim {key} is in the process of being allocated")
             for request in claim.requests:
                 for sub in (request.exactly,) if request.exactly is not None else request.first_available:
@@ -220,7 +278,9 @@ class DynamicResources:
             STATE_KEY,
             _CycleData(
                 claims,
+                bindings,
                 allocated,
+                pending,
                 unallocated,
                 inventory,
                 plan_claims(unallocated, self._dra.classes, memo=self._matches),
@@ -230,6 +290,10 @@ class DynamicResources:
             ),
         )
         return None, SUCCESS
+
+    def _group_of(self, pod: PodInfo) -> PodGroupKey | None:
+        """The pod's PodGroup when gangs are on (its pods may share an allocation in flight), else None."""
+        return pod.group_key if self._groups.enabled else None
 
     def _current_inventory(self) -> Inventory:
         if self._inventory is None or self._inventory_version != self._dra.slices_version:
@@ -264,7 +328,7 @@ class DynamicResources:
         outcomes = data.outcomes
         results: list[Status | None] = []
         for node in nodes:
-            rejected = self._pinned_elsewhere(data, node) if data.allocated else None
+            rejected = self._pinned_elsewhere(data, node) if data.allocated or data.pending else None
             if rejected is None:
                 pools = None
                 if known is not None:
@@ -295,9 +359,10 @@ class DynamicResources:
         return self._dra.pool_use_versions if data.use_version == self._dra.use_version else None
 
     def _pinned_elsewhere(self, data: _CycleData, node: NodeInfo) -> Status | None:
-        """Why an allocated claim keeps the pod off the node, or None."""
-        for claim in data.allocated:
-            selector = (claim.allocation or {}).get("nodeSelector")
+        """Why an allocated claim (or one whose allocation is in flight) keeps the pod off the node, or None."""
+        pinned = [(claim, (claim.allocation or {}).get("nodeSelector")) for claim in data.allocated]
+        pinned += [(claim, in_flight.allocation.node_selector) for claim, in_flight in data.pending]
+        for claim, selector in pinned:
             try:
                 available = node_selector_matches(selector, node.labels, node.name)
             except SelectorError as exc:
@@ -339,27 +404,28 @@ class DynamicResources:
 
     def reserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> Status:
         data: _CycleData | None = state.get(STATE_KEY)
-        if data is None or not data.unallocated:
+        if data is None:
+            return SUCCESS
+        for claim, _ in data.pending:
+            if not self._dra.share_in_flight(claim.key, pod.key):
+                return unschedulable(f"resource claim {claim.key} is in the process of being allocated")
+        if not data.unallocated:
             return SUCCESS
         outcome = data.outcomes.get(node)
         if outcome is None:
             return error(f"no allocation computed for node {node}")
+        group = self._group_of(pod)
         for claim in data.unallocated:
             allocation = outcome.allocations[claim.uid]
-            self._dra.add_in_flight(
-                claim_key(claim.namespace, claim.name), InFlight(pod.key, claim.uid, allocation, allocation.devices())
-            )
+            self._dra.add_in_flight(claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices(), group))
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
         data: _CycleData | None = state.get(STATE_KEY)
         if data is None:
             return
-        for claim in data.unallocated:
-            key = claim_key(claim.namespace, claim.name)
-            in_flight = self._dra.in_flight.get(key)
-            if in_flight is not None and in_flight.pod == pod.key:
-                self._dra.remove_in_flight(key)
+        for claim in [*data.unallocated, *(claim for claim, _ in data.pending)]:
+            self._dra.release_in_flight(claim.key, pod.key)
         for key in data.reserved:
             reserved = self._dra.claim(key)
             if reserved is not None:
@@ -380,20 +446,23 @@ class DynamicResources:
 
     async def _reserve_for(self, pod: PodInfo, key: str, data: _CycleData) -> Status:
         namespace, name = key.split("/", 1)
+        binding = data.bindings[key]
         current = self._dra.claim(key)
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None:
                 return unschedulable(f'resourceclaim "{name}" was deleted while the pod was being bound')
-            if pod.uid in current.reserved_for:
-                self._done(key, pod.key, data)
+            if binding["uid"] in current.reserved_for:
+                self._done(key, pod, binding, data)
                 return SUCCESS
             if current.deleting:
                 return unschedulable(f'resourceclaim "{name}" is being deleted')
             raw = copy.deepcopy(dict(current.raw))
-            in_flight = self._dra.in_flight.get(key)
-            if in_flight is not None and in_flight.pod == pod.key:
-                if current.allocation is not None:
+            in_flight = self._dra.in_flight.get(key) if self._dra.holds(key, pod.key) else None
+            if in_flight is not None and current.allocation is not None:
+                if allocated_devices(current) != in_flight.devices:
                     return unschedulable(f"resource claim {key} got allocated elsewhere in the meantime")
+                # Another pod of its PodGroup wrote the allocation they share: only the reservation is left.
+            elif in_flight is not None:
                 finalizers = raw.setdefault("metadata", {}).setdefault("finalizers", [])
                 if FINALIZER not in finalizers:
                     finalizers.append(FINALIZER)
@@ -408,10 +477,7 @@ class DynamicResources:
             elif current.allocation is None:
                 return unschedulable(f"resource claim {key} is no longer allocated")
             status = raw.setdefault("status", {})
-            status["reservedFor"] = [
-                *(status.get("reservedFor") or []),
-                {"resource": "pods", "name": pod.name, "uid": pod.uid},
-            ]
+            status["reservedFor"] = [*(status.get("reservedFor") or []), dict(binding)]
             written = await self._writer.update_status(raw)
             if written.conflict:
                 current = await self._reread(namespace, name)
@@ -419,7 +485,7 @@ class DynamicResources:
             if not written.ok:
                 return error(f"reserving resourceclaim {key} for the pod: {written.message}")
             self._dra.assume(written.body)
-            self._done(key, pod.key, data)
+            self._done(key, pod, binding, data)
             return SUCCESS
         return error(f"resourceclaim {key} kept changing: gave up after {MAX_WRITE_ATTEMPTS} conflicts")
 
@@ -429,11 +495,37 @@ class DynamicResources:
             return None
         return self._dra.assume(read.body)
 
-    def _done(self, key: str, pod: PodKey, data: _CycleData) -> None:
-        in_flight = self._dra.in_flight.get(key)
-        if in_flight is not None and in_flight.pod == pod:
-            self._dra.remove_in_flight(key)
-        data.reserved.append(key)
+    def _done(self, key: str, pod: PodInfo, binding: Mapping[str, str], data: _CycleData) -> None:
+        if self._dra.holds(key, pod.key):
+            self._dra.remove_in_flight(key)  # written: the claim's allocation takes its devices from now on
+        if binding["uid"] == pod.uid:
+            data.reserved.append(key)  # a PodGroup's reservation outlives the pod's binding (others share it)
+
+    # ------------------------------------------------------------------ PodGroupPostFilter
+
+    def pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
+        """A group that placed nobody gives back a claim of its own it holds (kube-scheduler's
+        PodGroupPostFilter with deallocatePodGroupClaims): one allocated claim of the PodGroup's
+        ``spec.resourceClaims`` reserved for nobody or for this group only, while none of its pods is
+        scheduled, is deallocated, so the next cycle may allocate it where the whole group fits (an
+        allocation pins every pod sharing it to its node)."""
+        if not self._dra.workload_claims or not group.claims:
+            return Status(Code.UNSCHEDULABLE)
+        members = self._groups.get(group.key)
+        if members is not None and members.scheduled_count > 0:
+            return Status(Code.UNSCHEDULABLE)  # its scheduled pods use the claim
+        for group_claim in group.claims:
+            name = group_claim.claim_name or group.generated_claim(group_claim.name)
+            claim = self._dra.claim(claim_key(group.namespace, name)) if name else None
+            if claim is None or claim.allocation is None:
+                continue
+            if group_claim.template_name is not None and claim.owner_group != group.name:
+                continue
+            if any(uid != group.uid for uid in claim.reserved_for):
+                continue  # someone else uses it
+            self._writer.deallocate(claim.namespace, claim.name, claim.uid, claim.resource_version)
+            return unschedulable(f"deallocation of PodGroup ResourceClaim {claim.key} requested")
+        return Status(Code.UNSCHEDULABLE)
 
     # ------------------------------------------------------------------ events
 
@@ -511,3 +603,4 @@ _check_filter: type[FilterPlugin] = DynamicResources
 _check_batch_filter: type[BatchFilterPlugin] = DynamicResources
 _check_reserve: type[ReservePlugin] = DynamicResources
 _check_pre_bind: type[PreBindPlugin] = DynamicResources
+_check_pod_group_post_filter: type[PodGroupPostFilterPlugin] = DynamicResources

@@ -1,0 +1,324 @@
+"""Claims of pod groups (DRAWorkloadResourceClaims): shared by a PodGroup's pods, reserved for the group.
+
+kube-scheduler's DynamicResources with ``resourceclaim.BindTo``/``IsForPod``/``IsReservedForPod`` and its
+pending allocations shared within a pod-group cycle are the reference. Only the ClaimWriter port (API
+writes) is a recording double; the framework, the pod-group cycle, the allocator and the states are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from tests.builders import make_node, make_pod, make_pod_group
+from tests.frameworks import FakeHandle
+from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
+from usher.config import parse_config
+from usher.core.cache import Cache
+from usher.core.cycle import schedule
+from usher.core.dra.allocation import Allocation
+from usher.core.dra.model import DeviceId
+from usher.core.dra.state import DraState, InFlight
+from usher.core.framework.building import build_framework
+from usher.core.framework.cycle_state import CycleState
+from usher.core.framework.runtime import Framework
+from usher.core.groupcycle import simulate_group
+from usher.core.plugins.registry import in_tree_registry
+from usher.core.podgroups import Member, PodGroup
+from usher.core.types import Code, NodeName, PodInfo
+
+CLASS = "gpu"
+GROUP_REF = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups"}
+
+
+def world(*, workload_claims: bool = True) -> tuple[Cache, FakeHandle, Framework]:
+    """Nodes n1 and n2 with two GPUs each, and a framework with DynamicResources and GangScheduling."""
+    cache = Cache()
+    handle = FakeHandle(pod_groups=cache.pod_groups, dra=DraState(workload_claims=workload_claims))
+    handle.dra.on_class(False, make_class().name(CLASS).selector(f'device.driver == "{DRIVER}"').obj())
+    for node in ("n1", "n2"):
+        cache.add_or_update_node(make_node().name(node).obj())
+        handle.dra.on_slice(
+            False, make_slice().name(f"{node}-s").driver(DRIVER).pool(node).node(node).devices("gpu", 2).obj()
+        )
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "usher",
+                "plugins": {
+                    "multiPoint": {
+                        "disabled": [{"name": "*"}],
+                        "enabled": [
+                            {"name": name}
+                            for name in (
+                                "PrioritySort",
+                                "NodeResourcesFit",
+                                "DynamicResources",
+                                "GangScheduling",
+                                "DefaultBinder",
+                            )
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+    registry = in_tree_registry()
+    profile = parse_config(config, registry=registry).profiles[0]
+    return cache, handle, build_framework(profile, registry=registry, handle=handle)
+
+
+def pod_group(cache: Cache, name: str, min_count: int | None = None, *claims: dict[str, Any]) -> PodGroup:
+    raw = make_pod_group(name, min_count, resourceClaims=list(claims))
+    _, group = cache.pod_groups.on_pod_group(False, raw)
+    assert group is not None
+    return group
+
+
+def member(name: str, group: str | None, entry: dict[str, Any], generated: str | None = None) -> PodInfo:
+    builder = make_pod().name(name).uid(f"uid-{name}")
+    if group is not None:
+        builder = builder.group(group)
+    pod = builder.obj()
+    pod["spec"]["resourceClaims"] = [entry]
+    if generated is not None:
+        pod["status"]["resourceClaimStatuses"] = [{"name": entry["name"], "resourceClaimName": generated}]
+    return PodInfo.from_api(pod)
+
+
+def cycle(fw: Framework, cache: Cache, pod: PodInfo) -> tuple[CycleState, NodeName | None, str]:
+    """One pod's cycle; placed and reserved when a node fits. Returns (state, node, message)."""
+    state = CycleState()
+    result = schedule(fw, state, pod, cache.node_infos(), rng=random.Random(1))
+    if result.node is not None:
+        cache.assume(pod, result.node)
+        assert fw.run_reserve(state, pod, result.node).ok
+    return state, result.node, result.message
+
+
+SHARED = {"name": "gpu", "resourceClaimName": "shared"}
+
+
+def test_pods_of_a_basic_group_share_its_claim_reserved_once_for_the_podgroup() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", None, SHARED)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    first = member("a", "train", SHARED)
+    state, node, _ = cycle(fw, cache, first)
+    assert node is not None
+    assert asyncio.run(fw.run_pre_bind(state, first, node)).ok
+    written = handle.claims.stored["default/shared"]
+    assert written["status"]["reservedFor"] == [{**GROUP_REF, "name": "train", "uid": group.uid}]
+    assert written["status"]["allocation"]["devices"]["results"][0]["pool"] == node
+    writes = len(handle.claims.writes)
+    for name in ("b", "c", "d"):
+        pod = member(name, "train", SHARED)
+        state, second_node, _ = cycle(fw, cache, pod)
+        assert second_node == node, "pinned where the group's devices are"
+        assert asyncio.run(fw.run_pre_bind(state, pod, second_node)).ok
+        fw.run_unreserve(state, pod, second_node)
+    assert len(handle.claims.writes) == writes, "the group's reservation covers its other pods: nothing to write"
+    assert handle.claims.removed == [], "a pod's rollback leaves the PodGroup's reservation alone"
+    assert len(handle.dra.in_use()) == 1, "one device, allocated once"
+
+
+def test_a_gang_shares_an_allocation_nobody_has_written_yet_within_its_cycle() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", 3, SHARED)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    pods = [member(f"w{i}", "train", SHARED) for i in range(3)]
+    for pod in pods:
+        cache.pod_groups.track(pod, Member.UNSCHEDULED)
+    simulation = simulate_group(fw, group, pods, cache, scheduled=0, new_state=CycleState, rng=random.Random(1))
+    assert simulation.status.ok, simulation.status.message
+    nodes = {outcome.result.node for outcome in simulation.placed}
+    assert len(simulation.placed) == 3 and len(nodes) == 1, "all three where the one allocation is"
+    assert len(handle.dra.in_use()) == 1
+    # PreBind of the members (as the binding cycles run them): the first writes allocation and reservation,
+    # the others find the claim reserved for their PodGroup.
+    [node] = nodes
+    assert node is not None
+
+    async def bind_all() -> list[bool]:
+        return [(await fw.run_pre_bind(outcome.state, outcome.pod, node)).ok for outcome in simulation.placed]
+
+    assert asyncio.run(bind_all()) == [True, True, True]
+    assert [kind for kind, _ in handle.claims.writes] == ["update", "status"]
+    written = handle.claims.stored["default/shared"]
+    assert written["status"]["reservedFor"] == [{**GROUP_REF, "name": "train", "uid": group.uid}]
+    assert handle.dra.in_flight == {}, "written: the claim's allocation holds the device now"
+    assert len(handle.dra.in_use()) == 1
+
+
+def test_reverting_a_gang_frees_the_allocation_it_shared() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", 2, SHARED)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    pods = [member(f"w{i}", "train", SHARED) for i in range(2)]
+    simulation = simulate_group(fw, group, pods, cache, scheduled=0, new_state=CycleState, rng=random.Random(1))
+    assert simulation.status.ok and len(handle.dra.in_use()) == 1
+    simulation.revert()
+    assert handle.dra.in_flight == {} and len(handle.dra.in_use()) == 0
+
+
+def test_a_pod_outside_the_group_waits_for_the_groups_allocation_to_be_written() -> None:
+    cache, handle, fw = world()
+    pod_group(cache, "train", None, SHARED)
+    pod_group(cache, "other", None, SHARED)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    _, node, _ = cycle(fw, cache, member("a", "train", SHARED))
+    assert node is not None
+    for outsider in (member("lone", None, SHARED), member("b", "other", SHARED)):
+        _, elsewhere, message = cycle(fw, cache, outsider)
+        assert elsewhere is None
+        assert message == "0/2 nodes are available: resource claim default/shared is in the process of being allocated."
+
+
+def test_a_claim_the_pod_does_not_name_as_its_groups_is_reserved_for_the_pod() -> None:
+    cache, handle, fw = world()
+    pod_group(cache, "train", None, {"name": "other", "resourceClaimName": "shared"})
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    pod = member("a", "train", SHARED)  # same claim, but under another entry name: not the group's
+    state, node, _ = cycle(fw, cache, pod)
+    assert node is not None
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    assert handle.claims.stored["default/shared"]["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "a", "uid": "uid-a"}
+    ]
+
+
+def test_without_the_gate_each_pod_reserves_the_claim_for_itself() -> None:
+    cache, handle, fw = world(workload_claims=False)
+    group = pod_group(cache, "train", 2, SHARED)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    pods = [member(f"w{i}", "train", SHARED) for i in range(2)]
+    simulation = simulate_group(fw, group, pods, cache, scheduled=0, new_state=CycleState, rng=random.Random(1))
+    assert simulation.status.ok
+    for outcome in simulation.placed:
+        assert outcome.result.node is not None
+        assert asyncio.run(fw.run_pre_bind(outcome.state, outcome.pod, outcome.result.node)).ok
+    assert [r["uid"] for r in handle.claims.stored["default/shared"]["status"]["reservedFor"]] == [
+        "uid-w0",
+        "uid-w1",
+    ]
+
+
+def group_owned_claim(owner: str) -> dict[str, Any]:
+    claim = make_claim().name("train-gpu-x1").uid("gen").request("gpu", CLASS).obj()
+    claim["metadata"]["ownerReferences"] = [
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "name": owner, "uid": "pg", "controller": True}
+    ]
+    return claim
+
+
+TEMPLATE = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+
+
+@pytest.mark.parametrize(
+    ("workload_claims", "group", "message"),
+    [
+        pytest.param(True, "train", "", id="made for the pod's group"),
+        pytest.param(
+            True,
+            "other",
+            "ResourceClaim default/train-gpu-x1 was not created for pod default/p "
+            "(neither pod nor PodGroup other is the owner)",
+            id="made for another group",
+        ),
+        pytest.param(
+            False,
+            "train",
+            "ResourceClaim default/train-gpu-x1 was not created for pod default/p (pod is not owner)",
+            id="gate off",
+        ),
+    ],
+)
+def test_a_claim_made_from_a_template_for_the_podgroup_counts_as_its_pods_own(
+    workload_claims: bool, group: str, message: str
+) -> None:
+    cache, handle, fw = world(workload_claims=workload_claims)
+    pod_group(cache, group, None, TEMPLATE)
+    handle.dra.on_claim(False, group_owned_claim("train"))
+    status = fw.run_pre_enqueue(member("p", group, TEMPLATE, generated="train-gpu-x1"))
+    assert (status.ok, status.message) == (not message, message)
+
+
+def test_a_group_claim_that_names_nothing_is_reported_on_its_pods() -> None:
+    cache, handle, fw = world()
+    pod_group(cache, "train", None, {"name": "gpu"})
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    _, node, message = cycle(fw, cache, member("a", "train", SHARED))
+    assert node is None
+    assert message == "0/2 nodes are available: PodGroup default/train claim gpu: none of the supported fields are set."
+
+
+def test_an_in_flight_allocation_lasts_until_the_last_pod_sharing_it_lets_go() -> None:
+    dra = DraState()
+    device = DeviceId(DRIVER, "n1", "gpu-0")
+    allocation = Allocation(({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"},), (), None)
+    dra.add_in_flight("default/shared", InFlight("default/a", "cu", allocation, frozenset({device}), "default/train"))
+    assert dra.share_in_flight("default/shared", "default/b")
+    dra.release_in_flight("default/shared", "default/a")
+    assert dra.holds("default/shared", "default/b") and device in dra.in_use()
+    dra.release_in_flight("default/shared", "default/b")
+    assert "default/shared" not in dra.in_flight and device not in dra.in_use()
+    assert not dra.share_in_flight("default/shared", "default/c"), "nothing left to share"
+
+
+def test_an_unknown_pod_group_keeps_its_pods_claims_unreserved() -> None:
+    cache, handle, fw = world()
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    _, node, message = cycle(fw, cache, member("a", "ghost", SHARED))
+    assert node is None
+    assert message == '0/2 nodes are available: podgroup.scheduling.k8s.io "ghost" not found.'
+
+
+# ---------------------------------------------------------------------- PodGroupPostFilter
+
+
+def held_claim(group: PodGroup, *also: str) -> dict[str, Any]:
+    """``shared``, allocated on n1 and reserved for the PodGroup (and the pods ``also``)."""
+    claim = (
+        make_claim()
+        .name("shared")
+        .uid("cu")
+        .request("gpu", CLASS)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"})
+        .reserved(*also)
+        .obj()
+    )
+    claim["metadata"]["resourceVersion"] = "7"
+    claim["status"].setdefault("reservedFor", []).insert(0, {**GROUP_REF, "name": group.name, "uid": group.uid})
+    return claim
+
+
+def test_a_group_that_placed_nobody_gives_back_the_claim_it_holds() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", 2, SHARED)
+    handle.dra.on_claim(False, held_claim(group))
+    assert [p.name for p in fw.plugins.pod_group_post_filter] == ["DynamicResources"]
+    status = fw.run_pod_group_post_filter(group, [member("w0", "train", SHARED)])
+    assert status.code is Code.UNSCHEDULABLE
+    assert status.message == "deallocation of PodGroup ResourceClaim default/shared requested"
+    assert handle.claims.deallocated == [("default/shared", "cu", "7")], "conditional on the version usher saw"
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["another pod uses it", "a member is scheduled", "gate off", "not the group's claim"],
+)
+def test_a_claim_in_use_or_not_the_groups_own_is_left_alone(why: str) -> None:
+    cache, handle, fw = world(workload_claims=why != "gate off")
+    entry = {"name": "other", "resourceClaimName": "unrelated"} if why == "not the group's claim" else SHARED
+    group = pod_group(cache, "train", 2, entry)
+    handle.dra.on_claim(False, held_claim(group, *(["uid-x"] if why == "another pod uses it" else [])))
+    if why == "a member is scheduled":
+        cache.pod_groups.track(member("w1", "train", SHARED), Member.ASSIGNED)
+    status = fw.run_pod_group_post_filter(group, [member("w0", "train", SHARED)])
+    assert (status.code, status.message) == (Code.UNSCHEDULABLE, "")
+    assert handle.claims.deallocated == []
