@@ -42,7 +42,7 @@ TOOLS_COMMANDS := promtool podman buildah runc debootstrap ip iptables
 TOOLS_PACKAGES := prometheus podman buildah runc debootstrap iproute2 iptables
 
 tools:
-	@for c in $(TOOLS_COMMANDS); do command -v $$c >/dev/null || exit 1; done || { \
+	@(for c in $(TOOLS_COMMANDS); do command -v $$c >/dev/null || exit 1; done) || { \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(TOOLS_PACKAGES); }
 
