@@ -256,6 +256,10 @@ def base_pod() -> dict[str, Any]:
     }
 
 
+#: Names tried for a node with a generated name before a collision is an error.
+NAME_ATTEMPTS = 8
+
+
 def random_suffix(length: int = 5) -> str:
     return "".join(random.choice(_NAME_CHARS) for _ in range(length))
 
@@ -434,12 +438,20 @@ class Executor:
             else:
                 node = base_node(f"node-{op.index}-")
             meta = node.setdefault("metadata", {})
-            name = meta.get("name") or f"{meta.get('generateName', '')}{random_suffix()}"
-            meta["name"] = name
-            meta.pop("generateName", None)
-            meta["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/hostname": name}
-            await self.api.request("POST", "/api/v1/nodes", node)
-            names[index] = name
+            prefix = None if meta.get("name") else str(meta.pop("generateName", ""))
+            for attempt in range(NAME_ATTEMPTS):
+                name = meta["name"] = meta.get("name") if prefix is None else f"{prefix}{random_suffix()}"
+                meta["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/hostname": name}
+                try:
+                    await self.api.request("POST", "/api/v1/nodes", node)
+                except ApiError as exc:
+                    # A generated name taken already (5 characters: thousands of nodes collide now and
+                    # then): another one, as the API server's own generateName retries do.
+                    if prefix is None or exc.status != 409 or attempt == NAME_ATTEMPTS - 1:
+                        raise
+                    continue
+                names[index] = name
+                return
 
         await run_all(range(count), create, CREATE_WORKERS)
         await self._prepare_nodes(op, names)

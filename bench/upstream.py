@@ -86,12 +86,6 @@ USHER_LACKS: dict[str, str] = {
     "Partitionable": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices): "
     "'cannot allocate all claims'",
     "PartitionableBacktracking": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices)",
-    # usher accepts GenericWorkload (work in progress at the time of writing) but does not preempt for a gang.
-    **{
-        name: "preemption for pod groups: the gang stays pending ('minCount cannot be satisfied ... Insufficient "
-        "cpu') instead of evicting lower-priority pods"
-        for name in ("GangPreemptionBasic", "GangPreemptionPodGroups", "GangPreemptionAffinity")
-    },
 }
 
 # --------------------------------------------------------------------------- what each scheduler gets
