@@ -132,6 +132,12 @@ class _CycleData:
     outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
     reserved: list[str] = field(default_factory=list)
     """Claims PreBind reserved for the pod (undone by Unreserve)."""
+    pinned: list[tuple[Claim, Mapping[str, Any] | None]] = field(default_factory=list)
+    """The allocated and pending claims with the node selector of their allocation: they keep the pod there."""
+
+    def __post_init__(self) -> None:
+        self.pinned = [(claim, (claim.allocation or {}).get("nodeSelector")) for claim in self.allocated]
+        self.pinned += [(claim, in_flight.allocation.node_selector) for claim, in_flight in self.pending]
 
 
 def parse_args(args: Mapping[str, Any]) -> float:
@@ -328,7 +334,7 @@ class DynamicResources:
         outcomes = data.outcomes
         results: list[Status | None] = []
         for node in nodes:
-            rejected = self._pinned_elsewhere(data, node) if data.allocated or data.pending else None
+            rejected = self._pinned_elsewhere(data, node) if data.pinned else None
             if rejected is None:
                 pools = None
                 if known is not None:
@@ -360,9 +366,7 @@ class DynamicResources:
 
     def _pinned_elsewhere(self, data: _CycleData, node: NodeInfo) -> Status | None:
         """Why an allocated claim (or one whose allocation is in flight) keeps the pod off the node, or None."""
-        pinned = [(claim, (claim.allocation or {}).get("nodeSelector")) for claim in data.allocated]
-        pinned += [(claim, in_flight.allocation.node_selector) for claim, in_flight in data.pending]
-        for claim, selector in pinned:
+        for claim, selector in data.pinned:
             try:
                 available = node_selector_matches(selector, node.labels, node.name)
             except SelectorError as exc:
