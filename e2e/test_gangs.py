@@ -165,6 +165,61 @@ def test_two_gangs_competing_for_room_for_one_end_one_complete_and_one_empty(
     assert initially_scheduled(core_api, namespace, winner) == ("True", "Scheduled")
 
 
+def test_20_gangs_of_8_on_room_for_12_end_12_whole_and_8_empty_until_room_appears(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    """12 nodes of 8 CPUs hold 12 gangs of eight 1-CPU pods. 20 gangs arrive interleaved, as 20 Jobs
+    starting together would create them: 12 end bound whole, 8 hold nothing and say why; 8 more nodes
+    come and the 8 waiting gangs are bound whole too. No gang is ever partly bound, no node overcommitted."""
+    nodes = [kwok_nodes(f"r{i:02d}", cpu="8", memory="64Gi") for i in range(12)]
+    scheduler = usher()
+    gangs = {f"g{g:02d}": [f"g{g:02d}-w{i}" for i in range(8)] for g in range(20)}
+    for group in gangs:
+        scheduling.create_namespaced_pod_group(namespace, pod_group(group, 8))
+    for i in range(8):
+        for group, members in gangs.items():
+            core_api.create_namespaced_pod(namespace, gang_member(members[i], scheduler.scheduler_name, group))
+
+    def bound_per_gang() -> dict[str, int]:
+        counts = dict.fromkeys(gangs, 0)
+        for pod in core_api.list_namespaced_pod(namespace).items:
+            if pod.spec.node_name:
+                counts[pod.metadata.name.split("-", 1)[0]] += 1
+        return counts
+
+    def settled() -> bool:
+        counts = bound_per_gang()
+        whole = [g for g, n in counts.items() if n == 8]
+        waiting = [g for g, n in counts.items() if n == 0]
+        return len(whole) == 12 and all(
+            initially_scheduled(core_api, namespace, g) == ("False", "Unschedulable") for g in waiting
+        )
+
+    wait_for(settled, 120, "12 gangs bound whole, the other 8 reported unschedulable")
+    counts = bound_per_gang()
+    assert sorted(counts.values()) == [0] * 8 + [8] * 12, f"no gang partly bound: {counts}"
+    waiting = [g for g, n in counts.items() if n == 0]
+    for group in waiting:
+        [condition] = pod_group_conditions(core_api, namespace, group)
+        assert condition["message"].startswith("minCount (8) cannot be satisfied"), condition
+        told = f"pod group {namespace}/{group}: {condition['message']}"
+        wait_for(
+            lambda group=group, told=told: told in notes(core_api, namespace, gangs[group][0], "FailedScheduling"),
+            30,
+            f"{group}: its pods told what the PodGroup says",
+        )
+    assert assert_no_node_overcommitted(core_api, nodes)
+
+    more = [kwok_nodes(f"s{i:02d}", cpu="8", memory="64Gi") for i in range(8)]
+    wait_for(lambda: set(bound_per_gang().values()) == {8}, 120, "the 8 waiting gangs bound once room appeared")
+    assert all(initially_scheduled(core_api, namespace, g) == ("True", "Scheduled") for g in gangs)
+    assert assert_no_node_overcommitted(core_api, nodes + more)
+
+
 def test_pods_wait_for_their_quorum_told_why_then_go_together(
     core_api: kubernetes.client.CoreV1Api,
     scheduling: kubernetes.client.SchedulingV1beta1Api,

@@ -68,6 +68,8 @@ class RecordingClaimWriter:
     answers: list[int] = field(default_factory=list)
     removed: list[tuple[str, str, str]] = field(default_factory=list)
     deallocated: list[tuple[str, str, str]] = field(default_factory=list)
+    deallocation_failures: list[Callable[[], None]] = field(default_factory=list)
+    """The ``failed`` callback of each deallocation, for a test to play the write's failure."""
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _answer(self, kind: str, claim: Mapping[str, Any]) -> WriteResult:
@@ -90,8 +92,11 @@ class RecordingClaimWriter:
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self.removed.append((f"{namespace}/{name}", claim_uid, pod_uid))
 
-    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+    def deallocate(
+        self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
+    ) -> None:
         self.deallocated.append((f"{namespace}/{name}", claim_uid, resource_version))
+        self.deallocation_failures.append(failed)
 
 
 @dataclass

@@ -165,7 +165,7 @@ def build_scheduler(
     (``pod_groups_served``, from `watching.discover`).
     """
     gangs = gates.generic_workload and pod_groups_served
-    cache = Cache(pod_groups=PodGroupStates(enabled=gangs))
+    cache = Cache(pod_groups=PodGroupStates(enabled=gangs, topology=gates.topology_aware_workload_scheduling))
     waiting_pods = WaitingPods()
     nominator = Nominator()
     dra = DraState(workload_claims=gangs and gates.dra_workload_resource_claims)

@@ -107,8 +107,11 @@ class SchedulerConfig:
 
 
 _PLUGIN_POINTS = {"multiPoint", *EXTENSION_POINTS}
-_FOREIGN_POINTS = {"placementGenerate", "placementScore", "podGroupPostFilter"}
-"""Extension points of kube-scheduler's Plugins that usher does not run: only ``disabled`` lists are accepted."""
+POD_GROUP_POST_FILTER = "podGroupPostFilter"
+_FOREIGN_POINTS = {"placementGenerate", "placementScore", POD_GROUP_POST_FILTER}
+"""Extension points of kube-scheduler's Plugins whose plugins usher picks itself: only ``disabled`` lists are
+accepted (podGroupPostFilter's applies to the plugins usher runs there, PlacementFeasible's style: multiPoint's
+plugins that implement it)."""
 _TOP_FIELDS = {
     "apiVersion",
     "kind",
@@ -249,7 +252,8 @@ def _profile(raw: Any, path: str, registry: Registry, ignored: list[IgnoredField
         if point in _FOREIGN_POINTS:
             if plugin_list.enabled:
                 raise ConfigError(f"{point_path}.enabled: usher has no {point} extension point")
-            continue
+            if point != POD_GROUP_POST_FILTER:
+                continue  # placements: usher's own algorithm, no plugins to disable
         plugins[point] = plugin_list
     plugin_config: dict[str, PluginArgs] = {}
     configured: set[str] = set()

@@ -64,7 +64,8 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.reserve] == ["VolumeBinding", "DynamicResources"]
     assert [p.name for p in fw.plugins.pre_bind] == ["VolumeBinding", "DynamicResources"]
     assert [p.name for p in fw.plugins.bind] == ["DefaultBinder"]
-    assert [p.name for p in fw.plugins.post_filter] == ["DefaultPreemption"]
+    assert [p.name for p in fw.plugins.post_filter] == ["DynamicResources", "DefaultPreemption"]
+    assert [p.name for p in fw.plugins.pod_group_post_filter] == ["DynamicResources"]
     assert [p.name for p in fw.plugins.permit] == [p.name for p in fw.plugins.placement_feasible] == ["GangScheduling"]
     assert fw.plugins.post_bind == []
     assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 19

@@ -7,11 +7,11 @@ claim must not merge); reads after a conflict go straight to the API.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
-from usher.adapters.kubeapi import KubeApi
+from usher.adapters.kubeapi import ApiResult, KubeApi
 from usher.adapters.reporting import STRATEGIC_MERGE
 from usher.core.types import WriteResult
 
@@ -45,14 +45,21 @@ class DispatcherClaimWriter:
         request = Request("PATCH", claim_path(namespace, name) + "/status", patch, STRATEGIC_MERGE)
         self._dispatcher.add(ApiCall.fixed("resourceclaim_unreserve", None, request))
 
-    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+    def deallocate(
+        self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
+    ) -> None:
         patch = {
             # Preconditions: the same claim, unchanged since usher decided (a 409 drops the write).
             "metadata": {"uid": claim_uid, "resourceVersion": resource_version},
             "status": {"allocation": None, "reservedFor": None, "devices": None},
         }
         request = Request("PATCH", claim_path(namespace, name) + "/status", patch, STRATEGIC_MERGE)
-        self._dispatcher.add(ApiCall.fixed("resourceclaim_deallocate", None, request))
+
+        def done(result: ApiResult) -> None:
+            if not result.ok:
+                failed()
+
+        self._dispatcher.add(ApiCall.fixed("resourceclaim_deallocate", None, request, on_done=done))
 
     async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:
         meta = claim.get("metadata") or {}

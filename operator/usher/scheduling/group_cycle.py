@@ -142,10 +142,11 @@ class PodGroupCycle:
             outcomes = self._preempt_group(framework, simulation, pods, lambda: place()[0])
         by_key = {queued.key: queued for queued in members}
         if not simulation.status.ok:
-            if not any(outcome.nominated for outcome in outcomes.values()):
-                released = framework.run_pod_group_post_filter(group, pods)
-                if released.message:
-                    logger.info("pod group %s: %s", key, released.message)
+            # kube-scheduler runs DynamicResources' PodGroupPostFilter before preemption's; both only ask for
+            # writes here, so their order changes nothing.
+            released = framework.run_pod_group_post_filter(group, [(m.pod, m.state) for m in simulation.members])
+            if released.message:
+                logger.info("pod group %s: %s", key, released.message)
             self._unschedulable(framework, simulation, by_key, outcomes, started)
             self._recorder.pod_group_attempt_finished(
                 "unschedulable", framework.scheduler_name, self._timer() - started

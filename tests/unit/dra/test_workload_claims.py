@@ -28,7 +28,7 @@ from usher.core.framework.runtime import Framework
 from usher.core.groupcycle import simulate_group
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import Member, PodGroup
-from usher.core.types import Code, NodeName, PodInfo
+from usher.core.types import Code, NodeName, PodInfo, Status
 
 CLASS = "gpu"
 GROUP_REF = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups"}
@@ -278,47 +278,164 @@ def test_an_unknown_pod_group_keeps_its_pods_claims_unreserved() -> None:
     assert message == '0/2 nodes are available: podgroup.scheduling.k8s.io "ghost" not found.'
 
 
-# ---------------------------------------------------------------------- PodGroupPostFilter
+# ---------------------------------------------------------------------- PostFilter, PodGroupPostFilter
 
 
-def held_claim(group: PodGroup, *also: str) -> dict[str, Any]:
-    """``shared``, allocated on n1 and reserved for the PodGroup (and the pods ``also``)."""
+def pinned_to_a_gone_node(group: PodGroup | None, *reserved: str) -> dict[str, Any]:
+    """``shared``, allocated on node n3 (no longer in the cluster: it keeps its pods off every node), reserved
+    for the PodGroup (if any) and the uids ``reserved``."""
     claim = (
         make_claim()
         .name("shared")
         .uid("cu")
         .request("gpu", CLASS)
-        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"})
-        .reserved(*also)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": "n3", "device": "gpu0"})
+        .reserved(*reserved)
         .obj()
     )
     claim["metadata"]["resourceVersion"] = "7"
-    claim["status"].setdefault("reservedFor", []).insert(0, {**GROUP_REF, "name": group.name, "uid": group.uid})
+    claim["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n3"]}]}]
+    }
+    if group is not None:
+        claim["status"].setdefault("reservedFor", []).insert(0, {**GROUP_REF, "name": group.name, "uid": group.uid})
     return claim
 
 
-def test_a_group_that_placed_nobody_gives_back_the_claim_it_holds() -> None:
+def failed_members(fw: Framework, cache: Cache, *pods: PodInfo) -> list[tuple[PodInfo, CycleState]]:
+    """Each pod's cycle, failed: (pod, its cycle state), as the pod-group cycle hands them to PostFilter."""
+    members = []
+    for pod in pods:
+        state, node, _ = cycle(fw, cache, pod)
+        assert node is None
+        members.append((pod, state))
+    return members
+
+
+def test_a_group_kept_off_every_node_by_its_claim_gives_it_back_and_waits_for_the_outcome() -> None:
     cache, handle, fw = world()
     group = pod_group(cache, "train", 2, SHARED)
-    handle.dra.on_claim(False, held_claim(group))
-    assert [p.name for p in fw.plugins.pod_group_post_filter] == ["DynamicResources"]
-    status = fw.run_pod_group_post_filter(group, [member("w0", "train", SHARED)])
+    handle.dra.on_claim(False, pinned_to_a_gone_node(group))
+    pods = [member(f"w{i}", "train", SHARED) for i in range(2)]
+    status = fw.run_pod_group_post_filter(group, failed_members(fw, cache, *pods))
     assert status.code is Code.UNSCHEDULABLE
-    assert status.message == "deallocation of PodGroup ResourceClaim default/shared requested"
+    assert status.message == "deallocation of ResourceClaim default/shared requested"
     assert handle.claims.deallocated == [("default/shared", "cu", "7")], "conditional on the version usher saw"
+    # Until the outcome is seen, nobody uses or allocates the claim.
+    _, node, message = cycle(fw, cache, pods[0])
+    assert node is None
+    assert message == "0/2 nodes are available: resource claim default/shared is being deallocated."
+    [failed] = handle.claims.deallocation_failures
+    failed()  # the write was refused: the claim is as it was
+    assert not handle.dra.deallocating("default/shared")
+    handle.dra.start_deallocating(handle.dra.claim("default/shared"))  # asked again ...
+    freed = make_claim().name("shared").uid("cu").request("gpu", CLASS).obj()
+    freed["metadata"]["resourceVersion"] = "8"
+    handle.dra.on_claim(False, freed)  # ... and the watch shows it deallocated
+    assert not handle.dra.deallocating("default/shared")
+    _, node, _ = cycle(fw, cache, pods[0])
+    assert node is not None, "allocated anew where the pod fits"
 
 
-@pytest.mark.parametrize(
-    "why",
-    ["another pod uses it", "a member is scheduled", "gate off", "not the group's claim"],
-)
-def test_a_claim_in_use_or_not_the_groups_own_is_left_alone(why: str) -> None:
+def test_a_group_claim_someone_else_holds_only_loses_the_groups_reservation() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", 2, SHARED)
+    handle.dra.on_claim(False, pinned_to_a_gone_node(group, "uid-stranger"))
+    members = failed_members(fw, cache, member("w0", "train", SHARED))
+    status = fw.run_pod_group_post_filter(group, members)
+    assert status.message == "ResourceClaim default/shared unreserved for PodGroup default/train"
+    assert handle.claims.deallocated == []
+    assert handle.claims.removed == [("default/shared", "cu", group.uid)]
+
+
+@pytest.mark.parametrize("why", ["a member is scheduled", "gate off", "topology placement", "nobody was tried"])
+def test_a_group_leaves_its_claims_alone(why: str) -> None:
     cache, handle, fw = world(workload_claims=why != "gate off")
-    entry = {"name": "other", "resourceClaimName": "unrelated"} if why == "not the group's claim" else SHARED
-    group = pod_group(cache, "train", 2, entry)
-    handle.dra.on_claim(False, held_claim(group, *(["uid-x"] if why == "another pod uses it" else [])))
+    spec = {"schedulingConstraints": {"topology": [{"key": "rack"}]}} if why == "topology placement" else {}
+    raw = make_pod_group("train", 2, resourceClaims=[SHARED], **spec)
+    _, group = cache.pod_groups.on_pod_group(False, raw)
+    assert group is not None
+    handle.dra.on_claim(False, pinned_to_a_gone_node(group))
     if why == "a member is scheduled":
         cache.pod_groups.track(member("w1", "train", SHARED), Member.ASSIGNED)
-    status = fw.run_pod_group_post_filter(group, [member("w0", "train", SHARED)])
+    members = [] if why == "nobody was tried" else failed_members(fw, cache, member("w0", "train", SHARED))
+    status = fw.run_pod_group_post_filter(group, members)
     assert (status.code, status.message) == (Code.UNSCHEDULABLE, "")
+    assert handle.claims.deallocated == [] and handle.claims.removed == []
+
+
+def test_a_group_made_claim_is_released_only_by_its_own_group() -> None:
+    cache, handle, fw = world()
+    group = pod_group(cache, "train", 2, TEMPLATE)
+    raw_group = dict(group.raw)
+    raw_group["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-gpu-x1"}]}
+    _, group = cache.pod_groups.on_pod_group(
+        False, {**raw_group, "metadata": {**raw_group["metadata"], "resourceVersion": "2"}}
+    )
+    assert group is not None
+    claim = group_owned_claim("someone-else")
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"}]}},
+        "reservedFor": [{**GROUP_REF, "name": "train", "uid": group.uid}],
+    }
+    handle.dra.on_claim(False, claim)
+    status = fw.run_pod_group_post_filter(group, [(member("w0", "train", TEMPLATE), CycleState())])
+    assert status.message == "" and handle.claims.removed == [], "not made for this group: left alone"
+
+
+def test_a_lone_pods_postfilter_gives_back_a_claim_that_keeps_it_off_every_node() -> None:
+    cache, handle, fw = world()
+    handle.dra.on_claim(False, pinned_to_a_gone_node(None))
+    pod = member("p", None, SHARED)
+    state, node, _ = cycle(fw, cache, pod)
+    assert node is None
+    result = fw.run_post_filter(state, pod, {"n1": Status(Code.UNSCHEDULABLE)}, cache.node_infos())
+    assert result.status.code is Code.UNSCHEDULABLE
+    assert result.status.message == "deallocation of ResourceClaim default/shared requested"
+    assert handle.claims.deallocated == [("default/shared", "cu", "7")]
+
+
+def test_a_claim_held_by_another_pod_is_not_deallocated_for_a_lone_pod() -> None:
+    cache, handle, fw = world()
+    handle.dra.on_claim(False, pinned_to_a_gone_node(None, "uid-other"))
+    pod = member("p", None, SHARED)
+    state, _, _ = cycle(fw, cache, pod)
+    result = fw.run_post_filter(state, pod, {}, cache.node_infos())
+    assert (result.status.code, result.status.message) == (Code.UNSCHEDULABLE, "")
     assert handle.claims.deallocated == []
+
+
+def test_prebind_refuses_an_allocation_written_by_someone_else_meanwhile() -> None:
+    cache, handle, fw = world()
+    handle.dra.on_claim(False, make_claim().name("c").uid("cu").request("gpu", CLASS).obj())
+    pod = member("p", None, {"name": "gpu", "resourceClaimName": "c"})
+    state, node, _ = cycle(fw, cache, pod)
+    assert node is not None
+    other = "n2" if node == "n1" else "n1"
+    elsewhere = (
+        make_claim()
+        .name("c")
+        .uid("cu")
+        .request("gpu", CLASS)
+        .allocated({"request": "gpu", "driver": DRIVER, "pool": other, "device": "gpu1"})
+        .obj()
+    )
+    elsewhere["metadata"]["resourceVersion"] = "5"
+    handle.dra.on_claim(False, elsewhere)  # another scheduler allocated it first
+    status = asyncio.run(fw.run_pre_bind(state, pod, node))
+    assert status.message == "resource claim default/c got allocated elsewhere in the meantime"
+    assert handle.claims.writes == []
+
+
+def test_disabling_dynamic_resources_at_pod_group_post_filter_takes_it_off_that_point_only() -> None:
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {"schedulerName": "usher", "plugins": {"podGroupPostFilter": {"disabled": [{"name": "DynamicResources"}]}}}
+        ],
+    }
+    registry = in_tree_registry()
+    fw = build_framework(parse_config(config, registry=registry).profiles[0], registry=registry, handle=FakeHandle())
+    assert fw.plugins.pod_group_post_filter == []
+    assert "DynamicResources" in [p.name for p in fw.plugins.post_filter]

@@ -7,7 +7,7 @@ between, and the caller re-reads and decides again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from usher.core.types import WriteResult
@@ -32,7 +32,10 @@ class ClaimWriter(Protocol):
         """Queue the removal of a pod from ``status.reservedFor`` (rollback); returns at once."""
         ...
 
-    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+    def deallocate(
+        self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
+    ) -> None:
         """Queue clearing the claim's allocation, reservations and device status, if it is still at
-        ``resource_version`` (else the write is refused and dropped); returns at once."""
+        ``resource_version`` (else the write is refused); returns at once. ``failed`` runs if the write
+        does not succeed."""
         ...

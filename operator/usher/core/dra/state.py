@@ -71,6 +71,9 @@ class DraState:
         self.in_flight: dict[str, InFlight] = {}
         self._sharers: dict[str, set[PodKey]] = {}
         """claim key -> the pods that reserved its in-flight allocation (the allocating pod first)."""
+        self._deallocating: dict[str, str] = {}
+        """claim key -> the resourceVersion usher asked to deallocate: until the watch shows another version
+        (or the write fails) the claim is neither used nor allocated by anyone."""
         self.index = ClaimIndex()
         self.broken: dict[str, str] = {}
         """Objects the API served that usher cannot parse: key -> why (reported on the pods they block)."""
@@ -90,6 +93,8 @@ class DraState:
         """Apply a watch event; returns (old, new) effective claims for the cluster event."""
         meta = raw.get("metadata") or {}
         key = claim_key(str(meta.get("namespace")), str(meta.get("name")))
+        if self._deallocating.get(key, None) not in (None, meta.get("resourceVersion")) or deleted:
+            self._deallocating.pop(key, None)
         old = self.claim(key)
         if deleted:
             self._watched.pop(key, None)
@@ -125,6 +130,20 @@ class DraState:
             self._assumed[key] = claim
         self._recount(old, self.claim(key))
         return claim
+
+    # ------------------------------------------------------------------ deallocation
+
+    def deallocating(self, key: str) -> bool:
+        """Whether usher asked to deallocate the claim and has not seen the outcome yet."""
+        return key in self._deallocating
+
+    def start_deallocating(self, claim: Claim) -> None:
+        self._deallocating[claim.key] = claim.resource_version
+
+    def deallocation_failed(self, key: str, resource_version: str) -> None:
+        """The deallocation write was refused or given up: the claim is as it was."""
+        if self._deallocating.get(key) == resource_version:
+            del self._deallocating[key]
 
     # ------------------------------------------------------------------ in flight
 

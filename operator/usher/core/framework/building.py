@@ -19,7 +19,7 @@ usher before it connects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from usher.core.cache import DisruptionBudget, NodeInfo
@@ -163,6 +163,11 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
     def at(point: str) -> list[Plugin]:
         return [instances.get(ref.name) for ref in chosen[point]]
 
+    disabled_there = profile.plugins.get("podGroupPostFilter", PluginList()).disabled
+    pod_group_post_filter_disabled = {ref.name for ref in disabled_there}
+    if "*" in pod_group_post_filter_disabled:
+        pod_group_post_filter_disabled = {ref.name for ref in multi}
+
     queue_sort = [p for p in at("queueSort") if isinstance(p, QueueSortPlugin)]
     if len(queue_sort) > 1:
         raise ProfileError(
@@ -190,7 +195,10 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
             plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PlacementFeasiblePlugin)
         ],
         pod_group_post_filter=[
-            plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PodGroupPostFilterPlugin)
+            plugin
+            for ref in multi
+            if ref.name not in pod_group_post_filter_disabled
+            and isinstance(plugin := instances.get(ref.name), PodGroupPostFilterPlugin)
         ],
     )
     if plugin_set.queue_sort is None:
@@ -246,7 +254,9 @@ class _Unconnected:
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self._refuse()
 
-    def deallocate(self, namespace: str, name: str, claim_uid: str, resource_version: str) -> None:
+    def deallocate(
+        self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
+    ) -> None:
         self._refuse()
 
     async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:

@@ -272,9 +272,9 @@ class PodGroupPostFilterPlugin(Plugin, Protocol):
     Enabled through ``multiPoint`` only, like PlacementFeasible.
     """
 
-    def pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
-        """``pods``: the members the cycle tried. Success: something changed that lets the group fit;
-        Unschedulable (with what was done, if anything): the group stays unschedulable for now."""
+    def pod_group_post_filter(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> Status:
+        """``members``: the members the cycle tried, with their cycle states. Success: something changed that
+        lets the group fit; Unschedulable (with what was done, if anything): it stays unschedulable for now."""
         ...
 
 

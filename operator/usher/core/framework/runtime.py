@@ -310,6 +310,10 @@ class Framework:
         """The first PostFilter plugin that nominates a node (or errs) decides; else the last one's answer."""
         started = self._timer()
         result = PostFilterResult(Status(Code.UNSCHEDULABLE))
+        # As kube-scheduler's RunPostFilterPlugins: the first Success, UnschedulableAndUnresolvable or error
+        # decides; else the rejections' reasons are joined, first rejector named, last nomination kept.
+        reasons: list[str] = []
+        rejector: str | None = None
         for plugin in self.plugins.post_filter:
             plugin_started = self._timer()
             try:
@@ -319,11 +323,22 @@ class Framework:
             self._recorder.plugin(
                 plugin.name, "PostFilter", status_label(answer.status), self._timer() - plugin_started
             )
-            result = PostFilterResult(
-                answer.status.with_plugin(plugin.name), answer.nominated_node, answer.victims, answer.clear_nomination
-            )
-            if answer.status.ok or answer.status.code is Code.ERROR:
+            if answer.status.ok or answer.status.code in (Code.ERROR, Code.UNSCHEDULABLE_AND_UNRESOLVABLE):
+                result = PostFilterResult(
+                    answer.status.with_plugin(plugin.name),
+                    answer.nominated_node,
+                    answer.victims,
+                    answer.clear_nomination,
+                )
                 break
+            reasons.extend(answer.status.reasons)
+            rejector = rejector or plugin.name
+            result = PostFilterResult(
+                Status(answer.status.code, tuple(reasons), rejector),
+                answer.nominated_node or result.nominated_node,
+                answer.victims or result.victims,
+                answer.clear_nomination or result.clear_nomination,
+            )
         label = status_label(result.status)
         self._recorder.extension_point("PostFilter", label, self.scheduler_name, self._timer() - started)
         return result
@@ -439,14 +454,14 @@ class Framework:
         self._point("PlacementFeasible", result, started)
         return result
 
-    def run_pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
+    def run_pod_group_post_filter(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> Status:
         """Every PodGroupPostFilter plugin in turn until one makes the group schedulable (Success); an error
         ends it. Unschedulable statuses are merged (what each did, for the log)."""
         started = self._timer()
         reasons: list[str] = []
         result = Status(Code.UNSCHEDULABLE)
         for plugin in self.plugins.pod_group_post_filter:
-            status = _guarded(plugin.pod_group_post_filter, group, pods)
+            status = _guarded(plugin.pod_group_post_filter, group, members)
             if status.ok or status.code is Code.ERROR:
                 result = status.with_plugin(plugin.name)
                 break

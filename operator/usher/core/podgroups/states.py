@@ -76,8 +76,10 @@ class PodGroupStates:
     and every pod is scheduled on its own, its ``spec.schedulingGroup`` ignored.
     """
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, topology: bool = True) -> None:
         self.enabled = enabled
+        self.topology = enabled and topology
+        """TopologyAwareWorkloadScheduling: a PodGroup's ``schedulingConstraints.topology`` is honoured."""
         self._groups: dict[PodGroupKey, GroupState] = {}
         self._group_of: dict[PodKey, PodGroupKey] = {}
         self._workloads: dict[PodGroupKey, Workload] = {}

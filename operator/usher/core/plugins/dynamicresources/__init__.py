@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from usher.core.dra.allocation import (
     REASON_CANNOT_ALLOCATE,
+    Allocation,
     AllocationOutcome,
     ClaimsPlan,
     Inventory,
@@ -56,7 +57,7 @@ from usher.core.dra.allocation import (
     surely_unsatisfiable,
 )
 from usher.core.dra.matching import SelectorResults
-from usher.core.dra.model import SCHEDULING_GROUP, Claim, DeviceId, allocated_devices
+from usher.core.dra.model import SCHEDULING_GROUP, Claim, DeviceId
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
@@ -65,7 +66,10 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     FilterPlugin,
+    FilterRunner,
     PodGroupPostFilterPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
     PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
@@ -132,6 +136,8 @@ class _CycleData:
     outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
     reserved: list[str] = field(default_factory=list)
     """Claims PreBind reserved for the pod (undone by Unreserve)."""
+    unavailable: set[str] = field(default_factory=set)
+    """Allocated (or pending) claims whose allocation kept the pod off some node (for PostFilter)."""
     pinned: list[tuple[Claim, Mapping[str, Any] | None]] = field(default_factory=list)
     """The allocated and pending claims with the node selector of their allocation: they keep the pod there."""
 
@@ -257,10 +263,12 @@ class DynamicResources:
         pending: list[tuple[Claim, InFlight]] = []
         unallocated: list[Claim] = []
         for _, claim in claims:
+            key = claim.key
+            if self._dra.deallocating(key):
+                return None, unschedulable(f"resource claim {key} is being deallocated")
             if claim.allocation is not None:
                 allocated.append(claim)
                 continue
-            key = claim_key(claim.namespace, claim.name)
             in_flight = self._dra.in_flight.get(key)
             if in_flight is not None and not self._dra.holds(key, pod.key):
                 if in_flight.group is not None and in_flight.group == self._group_of(pod):
@@ -374,6 +382,7 @@ class DynamicResources:
                     f"resourceclaim {claim.name}: invalid allocation.nodeSelector: {exc}", resolvable=False
                 )
             if not available:
+                data.unavailable.add(claim.key)
                 return unschedulable("resourceclaim not available on the node", resolvable=False)
         return None
 
@@ -463,7 +472,7 @@ class DynamicResources:
             raw = copy.deepcopy(dict(current.raw))
             in_flight = self._dra.in_flight.get(key) if self._dra.holds(key, pod.key) else None
             if in_flight is not None and current.allocation is not None:
-                if allocated_devices(current) != in_flight.devices:
+                if not _same_allocation(current.allocation, in_flight.allocation):
                     return unschedulable(f"resource claim {key} got allocated elsewhere in the meantime")
                 # Another pod of its PodGroup wrote the allocation they share: only the reservation is left.
             elif in_flight is not None:
@@ -505,31 +514,88 @@ class DynamicResources:
         if binding["uid"] == pod.uid:
             data.reserved.append(key)  # a PodGroup's reservation outlives the pod's binding (others share it)
 
-    # ------------------------------------------------------------------ PodGroupPostFilter
+    # ------------------------------------------------------------------ PostFilter, PodGroupPostFilter
 
-    def pod_group_post_filter(self, group: PodGroup, pods: Sequence[PodInfo]) -> Status:
-        """A group that placed nobody gives back a claim of its own it holds (kube-scheduler's
-        PodGroupPostFilter with deallocatePodGroupClaims): one allocated claim of the PodGroup's
-        ``spec.resourceClaims`` reserved for nobody or for this group only, while none of its pods is
-        scheduled, is deallocated, so the next cycle may allocate it where the whole group fits (an
-        allocation pins every pod sharing it to its node)."""
-        if not self._dra.workload_claims or not group.claims:
+    def post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        statuses: Mapping[str, Status],
+        nodes: Sequence[NodeInfo],
+        filters: FilterRunner,
+    ) -> PostFilterResult:
+        """No node fits: give back one allocated claim of the pod's that kept it off a node and that nobody
+        else holds, so the next attempt may allocate it anew (kube-scheduler's PostFilter; it runs before
+        DefaultPreemption: better an idle claim deallocated than a pod evicted)."""
+        data: _CycleData | None = state.get(STATE_KEY)
+        message = self._deallocate_unavailable(data, pod.uid) if data is not None else ""
+        return PostFilterResult(Status(Code.UNSCHEDULABLE, (message,) if message else ()))
+
+    def pod_group_post_filter(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> Status:
+        """A pod group that placed nobody (kube-scheduler's PodGroupPostFilter): first each member's own
+        PostFilter; then, if some member had nothing to give back and none of the group's pods is scheduled,
+        one allocated claim that kept a member off a node and is held by nobody or this group only is
+        deallocated, or else the group's reservation of its own claims is removed (a claim held by nobody
+        is deallocated on a later attempt that finds it in the way). Not for topology placements."""
+        if self._groups.topology and group.topology_key:
             return Status(Code.UNSCHEDULABLE)
-        members = self._groups.get(group.key)
-        if members is not None and members.scheduled_count > 0:
-            return Status(Code.UNSCHEDULABLE)  # its scheduled pods use the claim
+        done: list[str] = []
+        unreserve = False
+        for pod, state in members:
+            data: _CycleData | None = state.get(STATE_KEY)
+            if data is None:
+                continue
+            message = self._deallocate_unavailable(data, pod.uid)
+            if message:
+                done.append(message)
+            else:
+                unreserve = True
+        if unreserve and self._dra.workload_claims and members:
+            message = self._release_group_claims(group, members)
+            if message:
+                done.append(message)
+        return Status(Code.UNSCHEDULABLE, tuple(done))
+
+    def _deallocate_unavailable(self, data: _CycleData, holder: str) -> str:
+        """Deallocate one claim that kept the pod off a node and is reserved for nobody or for ``holder``
+        only (the pod's or its group's uid); what was done, "" if nothing."""
+        for key in sorted(data.unavailable):
+            claim = self._dra.claim(key)
+            if claim is None or claim.allocation is None or self._dra.deallocating(key):
+                continue
+            if not claim.reserved_for or claim.reserved_for == (holder,):
+                self._deallocate(claim)
+                return f"deallocation of ResourceClaim {key} requested"
+        return ""
+
+    def _release_group_claims(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> str:
+        members_state = self._groups.get(group.key)
+        if members_state is not None and members_state.scheduled_count > 0:
+            return ""  # its scheduled pods use the claims
+        for _, state in members:
+            data: _CycleData | None = state.get(STATE_KEY)
+            if data is not None:
+                message = self._deallocate_unavailable(data, group.uid)
+                if message:
+                    return message
         for group_claim in group.claims:
             name = group_claim.claim_name or group.generated_claim(group_claim.name)
             claim = self._dra.claim(claim_key(group.namespace, name)) if name else None
-            if claim is None or claim.allocation is None:
+            if claim is None or claim.allocation is None or group.uid not in claim.reserved_for:
                 continue
             if group_claim.template_name is not None and claim.owner_group != group.name:
                 continue
-            if any(uid != group.uid for uid in claim.reserved_for):
-                continue  # someone else uses it
-            self._writer.deallocate(claim.namespace, claim.name, claim.uid, claim.resource_version)
-            return unschedulable(f"deallocation of PodGroup ResourceClaim {claim.key} requested")
-        return Status(Code.UNSCHEDULABLE)
+            self._writer.remove_reservation(claim.namespace, claim.name, claim.uid, group.uid)
+            return f"ResourceClaim {claim.key} unreserved for PodGroup {group.key}"
+        return ""
+
+    def _deallocate(self, claim: Claim) -> None:
+        """Ask for the claim's deallocation; until the outcome is seen, no pod may use or allocate it."""
+        key, version = claim.key, claim.resource_version
+        self._dra.start_deallocating(claim)
+        self._writer.deallocate(
+            claim.namespace, claim.name, claim.uid, version, lambda: self._dra.deallocation_failed(key, version)
+        )
 
     # ------------------------------------------------------------------ events
 
@@ -586,6 +652,20 @@ class DynamicResources:
         return QueueingHint.QUEUE_SKIP
 
 
+def _same_allocation(written: Mapping[str, Any], chosen: Allocation) -> bool:
+    """Whether the claim's ``status.allocation`` is the in-flight one (another sharer wrote it): the same
+    devices for the same requests (adminAccess ones too) and the same node selector."""
+
+    def results(allocation: Mapping[str, Any]) -> set[tuple[Any, ...]]:
+        return {
+            (r.get("request"), r.get("driver"), r.get("pool"), r.get("device"), bool(r.get("adminAccess")))
+            for r in (allocation.get("devices") or {}).get("results") or []
+        }
+
+    mine = chosen.status_allocation()
+    return results(written) == results(mine) and written.get("nodeSelector") == mine.get("nodeSelector")
+
+
 def _deallocated(old: Any, new: Any) -> bool:
     """An allocation went away: cleared, or the allocated claim deleted."""
     was = bool(((old or {}).get("status") or {}).get("allocation"))
@@ -608,3 +688,4 @@ _check_batch_filter: type[BatchFilterPlugin] = DynamicResources
 _check_reserve: type[ReservePlugin] = DynamicResources
 _check_pre_bind: type[PreBindPlugin] = DynamicResources
 _check_pod_group_post_filter: type[PodGroupPostFilterPlugin] = DynamicResources
+_check_post_filter: type[PostFilterPlugin] = DynamicResources
