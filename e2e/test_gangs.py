@@ -385,3 +385,46 @@ def test_a_gang_shares_one_claim_through_its_pod_group(
     ]
     placed = {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in members}
     assert placed == {result["pool"]}, f"every member on the node of the one device: {placed}"
+
+
+def test_a_gang_whose_shared_claim_is_pinned_to_a_vanished_node_gets_it_back_and_lands_elsewhere(
+    core_api: kubernetes.client.CoreV1Api,
+    scheduling: kubernetes.client.SchedulingV1beta1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    """The PodGroup keeps its claim reserved after its pods are gone (kube-controller-manager releases a
+    group's reservation only with the PodGroup), so the claim stays allocated on its node. That node goes
+    away: the next members fit nowhere, and DynamicResources' PodGroupPostFilter gives the claim back, so
+    they are placed, claim and all, on a node that is there."""
+    first, second = kwok_nodes("x", cpu="4"), kwok_nodes("y", cpu="4")
+    driver.publish_node(first, devices=1)
+    scheduler = usher()
+    entry = {"name": "gpu", "resourceClaimName": "shared"}
+    driver.resource.create_namespaced_resource_claim(namespace, claim("shared", driver.class_name))
+    group = pod_group("train", 2)
+    group["spec"]["resourceClaims"] = [entry]
+    created = scheduling.create_namespaced_pod_group(namespace, group)
+    for name in ("a0", "a1"):
+        core_api.create_namespaced_pod(namespace, shared_claim_member(name, scheduler.scheduler_name, "train", entry))
+    wait_for(lambda: bound(core_api, namespace, "a0", "a1") == ["a0", "a1"], 60, "the first members bound")
+    assert {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in ("a0", "a1")} == {first}
+
+    for name in ("a0", "a1"):
+        core_api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    core_api.delete_node(first)
+    driver.publish_node(second, devices=1)
+    [held] = claims_in(driver.resource, namespace)
+    assert held["status"]["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": created.metadata.uid}
+    ], "still the group's, allocated on the vanished node"
+
+    for name in ("b0", "b1"):
+        core_api.create_namespaced_pod(namespace, shared_claim_member(name, scheduler.scheduler_name, "train", entry))
+    wait_for(lambda: bound(core_api, namespace, "b0", "b1") == ["b0", "b1"], 60, "the next members bound")
+    assert {core_api.read_namespaced_pod(n, namespace).spec.node_name for n in ("b0", "b1")} == {second}
+    [again] = claims_in(driver.resource, namespace)
+    [result] = again["status"]["allocation"]["devices"]["results"]
+    assert result["pool"] == second, "allocated anew where the gang is"
