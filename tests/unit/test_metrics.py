@@ -42,3 +42,43 @@ def test_the_leader_gauge_follows_the_elector() -> None:
     assert status() == {"usher": 1.0}
     metrics.leading_changed("usher", False)
     assert status() == {"usher": 0.0}
+
+
+def test_the_hot_path_histograms_expose_what_prometheus_clients_histogram_would() -> None:
+    """QueueingHint, plugin and extension-point durations use usher's lock-free histogram: the same
+    series, buckets, counts and sums as prometheus_client's Histogram given the same observations."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from usher.adapters.metrics import exponential_buckets
+
+    metrics = Metrics()
+    reference = CollectorRegistry()
+    histogram = Histogram(
+        "scheduler_queueing_hint_execution_duration_seconds",
+        "Duration for running a queueing hint function of a plugin.",
+        ["plugin", "event", "hint"],
+        buckets=exponential_buckets(0.00001, 1.5, 20),
+        registry=reference,
+    )
+    observations = [
+        ("NodeResourcesFit", "AssignedPodDelete", "QueueSkip", 0.00001),  # exactly on a bound
+        ("NodeResourcesFit", "AssignedPodDelete", "QueueSkip", 0.0000123),
+        ("NodeResourcesFit", "AssignedPodDelete", "Queue", 0.004),
+        ("InterPodAffinity", "AssignedPodAdd", "Queue", 7.0),  # above every bound
+    ]
+    for plugin, event, hint, seconds in observations:
+        metrics.hint_evaluated(plugin, event, hint, seconds)
+        histogram.labels(plugin, event, hint).observe(seconds)
+
+    def samples(families: object) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {
+            (s.name, tuple(sorted(s.labels.items())), round(s.value, 12))
+            for family in families  # type: ignore[attr-defined]
+            if family.name == "scheduler_queueing_hint_execution_duration_seconds"
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    ours = samples(text_string_to_metric_families(metrics.exposition().decode()))
+    theirs = samples(reference.collect())
+    assert ours == theirs and len(ours) == 3 * (21 + 2)

@@ -712,3 +712,29 @@ def test_pre_queueing_hints_of_several_plugins_each_narrow_their_own_hints(clock
     assert queue.move_all(CLAIM_ADD) == 2, "the union of both plugins' pods"
     assert (sorted(first.calls), sorted(second.calls)) == (["a"], ["b"]), "each plugin's hint only for its own pods"
     assert where(queue, "c") is Where.UNSCHEDULABLE
+
+
+@dataclass
+class AlikeRejector(Rejector):
+    """A Rejector whose hint answers alike for pods of the same priority (``ClusterEventWithHint.alike``)."""
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(e, hint=self.hint, alike=lambda p, old, new: p.priority) for e in self.events]
+
+
+def test_pods_the_hint_answers_alike_are_asked_once_per_event(clock: FakeClock) -> None:
+    fit = AlikeRejector("Fit", answer=QueueingHint.QUEUE_SKIP)
+    recorder = Recorder()
+    queue = scheduling_queue(clock, framework_with(fit), recorder=recorder)
+    for name, priority in (("a", 1), ("b", 1), ("c", 1), ("d", 2)):
+        queue.add(pod(name, priority))
+    for name in ("d", "a", "b", "c"):
+        fail(queue, name, "Fit")
+    assert queue.move_all(NODE_ADD) == 0
+    assert len(fit.calls) == 2 and "d" in fit.calls, "one of a, b and c answers for the three"
+    assert len(recorder.hints) == 2, "one evaluation per key, recorded as one"
+    # The next event asks again: answers are kept for one event only.
+    fit.calls.clear()
+    fit.answer = QueueingHint.QUEUE
+    assert queue.move_all(NODE_ADD) == 4
+    assert len(fit.calls) == 2

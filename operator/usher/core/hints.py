@@ -8,7 +8,7 @@ cluster event.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,9 @@ def only(*keys: PodKey) -> PreQueueingHintResult:
     return PreQueueingHintResult(all_pods=False, pods=frozenset(keys))
 
 
+AlikeFn = Callable[[PodInfo, Any, Any], Hashable]
+"""``(pod, old, new) -> key`` of pods the hint answers alike for that event (``ClusterEventWithHint.alike``)."""
+
 PreQueueingHintFn = Callable[[Any, Any], PreQueueingHintResult]
 """``(old, new) -> all pods | these pods``; called once per event before the per-pod hints."""
 
@@ -53,3 +56,7 @@ class ClusterEventWithHint:
     event: ClusterEvent
     hint: QueueingHintFn | None = None
     pre_hint: PreQueueingHintFn | None = None
+    alike: AlikeFn | None = None
+    """``(pod, old, new) -> key``: pods with equal keys get the same ``hint`` answer for one event, so the
+    queue asks the hint once per key and event (a burst of victim deletions with a thousand preemptors
+    waiting costs a thousand cheap keys per deletion, not a thousand hints). None: ask for every pod."""

@@ -161,6 +161,12 @@ class FilterRunner(Protocol):
         else the first rejection."""
         ...
 
+    def fits_again(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> bool:
+        """``filter_node(...) is None`` for a node that passed every Filter plugin with fewer pods on it
+        (preemption giving a victim back): plugins that never look at the node's pods are not asked
+        again, and the others answer yes or no (``QuickFilterPlugin``) without their reasons."""
+        ...
+
     def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
         """Tell the PreFilter extensions ``added`` now counts on ``node`` (a copy) in ``state`` (a clone)."""
         ...
@@ -168,6 +174,21 @@ class FilterRunner(Protocol):
     def remove_pod(self, state: CycleState, pod: PodInfo, removed: PodInfo, node: NodeInfo) -> None:
         """Tell the PreFilter extensions ``removed`` no longer counts on ``node`` in ``state``."""
         ...
+
+
+@runtime_checkable
+class QuickFilterPlugin(Protocol):
+    """A Filter plugin that can answer yes or no more cheaply than with a Status and its reasons."""
+
+    def fits(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> bool:
+        """``filter(state, pod, node).ok``."""
+        ...
+
+
+NODE_ONLY = "filter_reads_node_pods"
+"""A Filter plugin's class attribute: False when its answer depends on the pod and the node object only,
+never on the pods on the node (NodeName, NodeUnschedulable, TaintToleration, NodeAffinity), so giving a
+victim back in a dry run cannot change it. Absent means True."""
 
 
 @runtime_checkable

@@ -58,7 +58,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -179,6 +179,12 @@ class _Interest:
     """For one event: the registrations of each plugin that match it, across profiles."""
 
     by_plugin: dict[str, list[ClusterEventWithHint]] = field(default_factory=dict)
+
+
+_Matching = dict[tuple[str, str], list[ClusterEventWithHint]]
+"""(scheduler name, plugin) -> its QueueingHint registrations that match one event."""
+_Answers = dict[tuple[int, Hashable], QueueingHint]
+"""(id of a registration, its ``alike`` key) -> the hint's answer for one event."""
 
 
 class SchedulingQueue:
@@ -443,10 +449,12 @@ class SchedulingQueue:
             # Only pods held by a plugin that registered for this event can be helped by it.
             candidates = self._pool.held_by(interest.by_plugin)
         moved = 0
+        matching: _Matching = {}
+        answers: _Answers = {}
         for queued in candidates:
             if pre_check is not None and not pre_check(queued):
                 continue
-            strategy = self._strategy(queued, event, old, new, narrowed)
+            strategy = self._strategy(queued, event, old, new, narrowed, matching, answers)
             if strategy is not Strategy.SKIP:
                 self._requeue(queued, strategy, event.label)
                 moved += 1
@@ -589,9 +597,21 @@ class SchedulingQueue:
         return narrowed
 
     def _strategy(
-        self, queued: QueuedPod, event: ClusterEvent, old: Any, new: Any, narrowed: _Narrowed | None
+        self,
+        queued: QueuedPod,
+        event: ClusterEvent,
+        old: Any,
+        new: Any,
+        narrowed: _Narrowed | None,
+        matching: _Matching | None = None,
+        answers: _Answers | None = None,
     ) -> Strategy:
-        """Could ``event`` make ``queued`` schedulable, according to the plugins that rejected it?"""
+        """Could ``event`` make ``queued`` schedulable, according to the plugins that rejected it?
+
+        ``matching``: the registrations of each (profile, plugin) that match ``event``, filled as pods need
+        them, so one event's many candidates look each registration up once. ``answers``: the hints' answers
+        for this event by the registration's ``alike`` key (within one ``move_all`` only: the cluster does
+        not change between its candidates)."""
         rejectors = {queued.gating_plugin} if queued.gated else queued.rejectors
         if not rejectors:
             return Strategy.AFTER_BACKOFF
@@ -608,17 +628,27 @@ class SchedulingQueue:
         if profile is None:
             return Strategy.AFTER_BACKOFF
         strategy = Strategy.SKIP
+        if matching is None:
+            matching = {}
         for plugin in sorted(rejectors):
-            for reg in profile.queueing_hints.get(plugin, ()):
-                if not reg.event.matches(event):
-                    continue
+            regs = matching.get((queued.pod.scheduler_name, plugin))
+            if regs is None:
+                regs = [reg for reg in profile.queueing_hints.get(plugin, ()) if reg.event.matches(event)]
+                matching[(queued.pod.scheduler_name, plugin)] = regs
+            for reg in regs:
                 if (
                     narrowed is not None
                     and plugin in narrowed.by_plugin
                     and queued.key not in narrowed.by_plugin[plugin]
                 ):
                     continue
-                hint = self._run_hint(plugin, reg, queued, event, old, new)
+                if answers is not None and reg.alike is not None:
+                    alike = (id(reg), reg.alike(queued.pod, old, new))
+                    hint = answers.get(alike)
+                    if hint is None:
+                        hint = answers[alike] = self._run_hint(plugin, reg, queued, event, old, new)
+                else:
+                    hint = self._run_hint(plugin, reg, queued, event, old, new)
                 if hint is QueueingHint.QUEUE_SKIP:
                     continue
                 if plugin in queued.pending_plugins:

@@ -234,6 +234,9 @@ class _Trial:
     def fits(self) -> Status | None:
         return self._filters.filter_node(self._state, self._pod, self._node)
 
+    def fits_again(self) -> bool:
+        return self._filters.fits_again(self._state, self._pod, self._node)
+
 
 def _fit_error(node_count: int, failed: Mapping[str, Status]) -> str:
     """kube-scheduler's FitError text: why each examined node is no candidate, the rest not helpful."""

@@ -48,6 +48,10 @@ class Trial(Protocol):
 
     def fits(self) -> Status | None: ...
 
+    def fits_again(self) -> bool:
+        """``fits() is None`` after a victim was given back to a node the pod fitted without it."""
+        ...
+
 
 Budgets = Callable[[str], Sequence[DisruptionBudget]]
 """A namespace's PodDisruptionBudgets."""
@@ -202,7 +206,7 @@ def select_victims(
     def reprieve(victim: Victim) -> bool:
         for pod in victim.pods:
             trial.add(pod)
-        if trial.fits() is None:
+        if trial.fits_again():
             return True
         for pod in victim.pods:
             trial.remove(pod)

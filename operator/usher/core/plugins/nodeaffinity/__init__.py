@@ -284,6 +284,8 @@ class NodeAffinity:
     """nodeSelector and required node affinity filter; preferred node affinity scores."""
 
     name = NAME
+    filter_reads_node_pods = False
+    """Its Filter answer depends on the pod and the node object only (never on the node's pods)."""
 
     def __init__(self, args: AffinityArgs) -> None:
         self.args = args

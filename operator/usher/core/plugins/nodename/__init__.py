@@ -35,6 +35,8 @@ class NodeName:
     """A pod with ``spec.nodeName`` fits only that node."""
 
     name = NAME
+    filter_reads_node_pods = False
+    """Its Filter answer depends on the pod and the node object only (never on the node's pods)."""
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         return SUCCESS if fits(pod, node.name) else unschedulable(REASON, resolvable=False)

@@ -36,6 +36,8 @@ class NodeUnschedulable:
     """Cordoned nodes (``spec.unschedulable``) fit only pods that tolerate it."""
 
     name = NAME
+    filter_reads_node_pods = False
+    """Its Filter answer depends on the pod and the node object only (never on the node's pods)."""
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         if node.unschedulable and not tolerates_unschedulable(pod):

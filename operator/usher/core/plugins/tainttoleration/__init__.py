@@ -77,6 +77,8 @@ class TaintToleration:
     """NoSchedule/NoExecute taints filter pods that do not tolerate them; PreferNoSchedule taints score."""
 
     name = NAME
+    filter_reads_node_pods = False
+    """Its Filter answer depends on the pod and the node object only (never on the node's pods)."""
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         taint = untolerated_taint(node.taints, pod_tolerations(pod.raw), DO_NOT_SCHEDULE)
