@@ -170,6 +170,25 @@ class FakeHandle:
         return self.budgets.get(namespace, [])
 
 
+def framework_of(*plugins: str, handle: Any) -> Framework:
+    """A profile that runs only ``plugins`` (multiPoint, every default disabled), so the plugins a test is
+    not about neither filter nor score."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "usher",
+                "plugins": {
+                    "multiPoint": {"disabled": [{"name": "*"}], "enabled": [{"name": name} for name in plugins]}
+                },
+            }
+        ],
+    }
+    registry = in_tree_registry()
+    return build_framework(parse_config(config, registry=registry).profiles[0], registry=registry, handle=handle)
+
+
 def framework(config: str | Mapping[str, Any] | None = None, *, name: str = "usher") -> Framework:
     """The framework of the first profile of a KubeSchedulerConfiguration (YAML or dict), or the default."""
     registry = in_tree_registry()

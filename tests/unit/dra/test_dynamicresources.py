@@ -13,21 +13,18 @@ from typing import Any
 import pytest
 
 from tests.builders import make_node, make_pod
-from tests.frameworks import FakeHandle, scheduling_queue
+from tests.frameworks import FakeHandle, framework_of, scheduling_queue
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
 from tests.unit.test_queue import Recorder
-from usher.config import parse_config
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.cycle import schedule
 from usher.core.dra.cel import DeviceInput, SelectorEvaluator
 from usher.core.dra.matching import SelectorResults
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.building import build_framework
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.dynamicresources import DynamicResources
-from usher.core.plugins.registry import in_tree_registry
 from usher.core.queue import Where
 from usher.core.types import Code, NodeName, PodInfo, PodKey
 
@@ -38,28 +35,7 @@ CLAIM_UPDATE = ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.UPDATE)
 
 def only_dra(handle: FakeHandle) -> Framework:
     """A profile with just the plugins these tests need, so scores do not get in the way."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "usher",
-                "plugins": {
-                    "multiPoint": {
-                        "disabled": [{"name": "*"}],
-                        "enabled": [
-                            {"name": "PrioritySort"},
-                            {"name": "NodeResourcesFit"},
-                            {"name": "DynamicResources"},
-                            {"name": "DefaultBinder"},
-                        ],
-                    }
-                },
-            }
-        ],
-    }
-    registry = in_tree_registry()
-    return build_framework(parse_config(config, registry=registry).profiles[0], registry=registry, handle=handle)
+    return framework_of("PrioritySort", "NodeResourcesFit", "DynamicResources", "DefaultBinder", handle=handle)
 
 
 def claim_pod(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.builders import make_node, make_pod, make_pod_group
-from tests.frameworks import FakeHandle
+from tests.frameworks import FakeHandle, framework_of
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
 from usher.config import parse_config
 from usher.core.cache import Cache
@@ -44,33 +44,10 @@ def world(*, workload_claims: bool = True) -> tuple[Cache, FakeHandle, Framework
         handle.dra.on_slice(
             False, make_slice().name(f"{node}-s").driver(DRIVER).pool(node).node(node).devices("gpu", 2).obj()
         )
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "usher",
-                "plugins": {
-                    "multiPoint": {
-                        "disabled": [{"name": "*"}],
-                        "enabled": [
-                            {"name": name}
-                            for name in (
-                                "PrioritySort",
-                                "NodeResourcesFit",
-                                "DynamicResources",
-                                "GangScheduling",
-                                "DefaultBinder",
-                            )
-                        ],
-                    }
-                },
-            }
-        ],
-    }
-    registry = in_tree_registry()
-    profile = parse_config(config, registry=registry).profiles[0]
-    return cache, handle, build_framework(profile, registry=registry, handle=handle)
+    fw = framework_of(
+        "PrioritySort", "NodeResourcesFit", "DynamicResources", "GangScheduling", "DefaultBinder", handle=handle
+    )
+    return cache, handle, fw
 
 
 def pod_group(cache: Cache, name: str, min_count: int | None = None, *claims: dict[str, Any]) -> PodGroup:
