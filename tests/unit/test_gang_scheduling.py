@@ -23,6 +23,7 @@ from tests.builders import make_node, make_pod, make_pod_group
 from tests.frameworks import RecordingClaimWriter, RecordingVolumeWriter
 from tests.unit.dra.builders import make_claim
 from tests.unit.test_scheduling import Harness, RecordingRecorder, RecordingWriter, ScriptedBinder
+from usher.adapters.kubeapi import ApiResult
 from usher.app import build_scheduler
 from usher.config import default_config, parse_config
 from usher.core.clock import FakeClock
@@ -354,6 +355,45 @@ async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(ga
     assert {nominator.node_of(PodKey(f"default/m{i}")) for i in range(2)} == {"n1", "n2"}
     assert gangs.failed_notes("m0")[0].endswith("preemption: found a placement for podgroup, preempting 2 victims")
     assert gangs.scheduler.cache.node("n1").pods and gangs.scheduler.cache.node("n2").pods, "the cache is restored"
+
+
+async def test_a_gang_retried_while_its_victims_go_does_not_preempt_again(gangs: Gangs) -> None:
+    """kube's isOngoingPreemption, with usher's own record of the nominations: the members' API status
+    does not show them yet when the gang comes back (the patches are still on their way) while its
+    victims are terminating; preempting again would evict more than the gang needs."""
+    for node in ("n1", "n2", "n3"):
+        gangs.nodes(node, cpu="2")
+    low = {}
+    for node in ("n1", "n2", "n3"):
+        raw = make_pod().name(f"low-{node}").priority(1).node(node).req(cpu="2").obj()
+        gangs.pod(raw)
+        low[node] = raw
+    gangs.pod_group("train", 2, priority=100)
+    for i in range(2):
+        gangs.member(f"m{i}", cpu="2", priority=100)
+    await gangs.until(lambda: len(gangs.recorder.attempts) == 2, "the gang's attempt fails")
+    first = marked(gangs)
+    assert len(first) == 2 and gangs.recorder.workload_preemptions == [("Success", 2)]
+
+    for key in first:  # the victims' DisruptionTarget and deletion come back; the nominations do not yet
+        raw = low[key.split("-", 1)[1]]
+        raw["metadata"]["resourceVersion"] = "2"
+        raw["metadata"]["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+        raw["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+        gangs.scheduler.events.on_pod("MODIFIED", raw)
+    for call in list(gangs.writer.calls):  # the eviction calls return: nothing holds the gang back any more
+        if call.call_type in ("pod_status_patch", "pod_delete") and str(call.object_key) in first:
+            assert call.on_done is not None
+            call.on_done(ApiResult(200, {}))
+    gangs.clock.advance(301)
+    gangs.scheduler.queue.flush()  # the 5-minute flush sends the gang back
+    gangs.nodes("n4", cpu="1")  # an event wakes the loop (the node itself helps nobody)
+    await gangs.until(lambda: len(gangs.recorder.workload_preemptions) == 2, "the gang is tried again")
+
+    assert marked(gangs) == first, "no third pod evicted"
+    assert gangs.recorder.workload_preemptions[-1] == ("Success", 0), "ongoing: nominations kept, nobody evicted"
 
 
 async def test_a_gang_keeps_the_victims_it_can_live_with(gangs: Gangs) -> None:

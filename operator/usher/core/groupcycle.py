@@ -240,6 +240,7 @@ def preempt_for_group(
     units: Units,
     budgets: Budgets,
     terminating: Callable[[PodInfo], bool],
+    nominated: Callable[[PodInfo], str] = lambda pod: pod.nominated_node_name,
 ) -> GroupPreemption:
     """kube-scheduler's PodGroupEvaluator.Preempt for a group that did not fit: the whole cluster is
     the domain. Every victim of lower priority than the group leaves the cache, the group is
@@ -249,12 +250,13 @@ def preempt_for_group(
 
     ``simulate`` places the group (as the cycle does: `simulate_group`, or `place_group` with its
     placements); ``units`` builds the victims a node's pods belong to; ``terminating`` tells a pod
-    being evicted.
+    being evicted; ``nominated`` a member's nominated node (the scheduler's own record first: the
+    pod's ``status.nominatedNodeName`` lags behind the nomination it just made).
     """
     if pods and pods[0].preemption_policy == NEVER:
         return GroupPreemption(Status(Code.UNSCHEDULABLE, ("not eligible due to preemptionPolicy=Never.",)))
-    if _ongoing(group, pods, cache, terminating):
-        nominations = {p.key: NodeName(p.nominated_node_name) for p in pods if p.nominated_node_name}
+    if _ongoing(group, pods, cache, terminating, nominated):
+        nominations = {p.key: NodeName(nominated(p)) for p in pods if nominated(p)}
         return GroupPreemption(
             Status(Code.SUCCESS, ("ongoing preemption on nominated nodes",)), nominations, ongoing=True
         )
@@ -290,9 +292,15 @@ def preempt_for_group(
     return GroupPreemption(Status(Code.SUCCESS, (message,)), nominations, victims, violations)
 
 
-def _ongoing(group: PodGroup, pods: Sequence[PodInfo], cache: Cache, terminating: Callable[[PodInfo], bool]) -> bool:
+def _ongoing(
+    group: PodGroup,
+    pods: Sequence[PodInfo],
+    cache: Cache,
+    terminating: Callable[[PodInfo], bool],
+    nominated: Callable[[PodInfo], str],
+) -> bool:
     """kube's isOngoingPreemption: a member's nominated node holds a lower-priority pod being evicted."""
-    for node_name in {p.nominated_node_name for p in pods if p.nominated_node_name}:
+    for node_name in {nominated(p) for p in pods if nominated(p)}:
         node = cache.node(node_name)
         if node is not None and any(o.priority < group.priority and terminating(o) for o in node.pods.values()):
             return True

@@ -175,6 +175,7 @@ class Preemptor:
             framework, group, pods, cache, simulate=simulate, units=group_units(groups, cache.node_of_pod),
             budgets=cache.disruption_budgets,
             terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
+            nominated=lambda p: self._queue.nominator.node_of(p.key) or p.nominated_node_name,
         )  # fmt: skip
         evicting = outcome.status.ok and not outcome.ongoing and bool(outcome.nominations)
         self._recorder.workload_preemption_attempted(
