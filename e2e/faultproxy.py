@@ -171,6 +171,10 @@ def _injected(status: int, retry_after: str | None, which: str) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
+SETTLE_ITERATIONS = 20
+"""Loop iterations after shutdown for closed transports' pending callbacks (each closes its socket)."""
+
+
 @contextmanager
 def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | None = None) -> Iterator[FaultProxy]:
     proxy = FaultProxy(control_plane, faults, port=free_ports(1)[0], chaos=chaos)
@@ -213,7 +217,18 @@ def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | No
         await session.close()
         await runner.cleanup()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), name="fault-proxy", daemon=True)
+    async def settle() -> None:
+        # Closing a transport only schedules its socket's close (call_soon); run_until_complete stops the
+        # loop as soon as serve() returns, so without a few more iterations those sockets would be closed
+        # by the garbage collector, later, in another test ("unclosed transport" ResourceWarnings).
+        for _ in range(SETTLE_ITERATIONS):
+            await asyncio.sleep(0)
+
+    def run() -> None:
+        loop.run_until_complete(serve())
+        loop.run_until_complete(settle())
+
+    thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
     thread.start()
     if not ready.wait(10):
         raise RuntimeError("the fault proxy did not start")
