@@ -33,13 +33,18 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"
 
 @dataclass
 class Fault:
-    """Answer the first ``times`` requests matching ``method`` and ``path`` (a regex) with ``status``."""
+    """Answer the first ``times`` requests matching ``method`` and ``path`` (a regex) with ``status``.
+
+    ``forward``: pass each such request on to the API server first and answer ``status`` instead of its
+    reply, as when the reply is lost on the way back (the API server acted; its client cannot know).
+    """
 
     method: str
     path: str
     status: int
     times: int
     retry_after: str | None = None
+    forward: bool = False
     injected: int = 0
 
 
@@ -115,7 +120,6 @@ class FaultProxy:
         return sum(n for (m, p, s), n in self.seen.items() if m == method and s == status and regex.search(p))
 
     async def _handle(self, request: web.Request, session: aiohttp.ClientSession) -> web.StreamResponse:
-        path = request.path_qs
         arrived = time.monotonic()
         for stall in self.stalls:
             if stall.method == request.method and re.search(stall.path, request.path):
@@ -134,14 +138,12 @@ class FaultProxy:
             if fault.method == request.method and re.search(fault.path, request.path) and fault.injected < fault.times:
                 fault.injected += 1
                 self.seen[(request.method, request.path, fault.status)] += 1
+                if fault.forward:
+                    async with await self._forward(request, session, arrived) as lost:
+                        await lost.read()
                 return _injected(fault.status, fault.retry_after, f"{fault.injected}/{fault.times}")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        data = await request.read()
-        upstream = await session.request(
-            request.method, self.control_plane.server + path, headers=headers, data=data or None, timeout=None
-        )
+        upstream = await self._forward(request, session, arrived)
         self.seen[(request.method, request.path, upstream.status)] += 1
-        self.exchanges.append(Exchange(request.method, request.path, upstream.status, arrived, time.monotonic()))
         response = web.StreamResponse(
             status=upstream.status,
             headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
@@ -156,6 +158,20 @@ class FaultProxy:
         finally:
             upstream.release()
         return response
+
+
+    async def _forward(
+        self, request: web.Request, session: aiohttp.ClientSession, arrived: float
+    ) -> aiohttp.ClientResponse:
+        """Send the request on to the API server; its status line is recorded as an ``Exchange``."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        data = await request.read()
+        upstream = await session.request(
+            request.method, self.control_plane.server + request.path_qs, headers=headers, data=data or None,
+            timeout=None,
+        )  # fmt: skip
+        self.exchanges.append(Exchange(request.method, request.path, upstream.status, arrived, time.monotonic()))
+        return upstream
 
 
 def _injected(status: int, retry_after: str | None, which: str) -> web.Response:

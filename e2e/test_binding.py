@@ -33,7 +33,7 @@ def bind_with_usher(control_plane: ControlPlane, scenario: Callable[[DispatcherB
         dispatcher = Dispatcher(api)
         dispatcher.start()
         try:
-            return await scenario(DispatcherBinder(dispatcher))
+            return await scenario(DispatcherBinder(dispatcher, api))
         finally:
             await dispatcher.stop()
             await api.close()
@@ -81,6 +81,21 @@ def test_binding_a_pod_bound_already_is_a_conflict_and_leaves_it_where_it_is(
     assert status.cause is Cause.POD_CONFLICT, status
     assert "already assigned" in status.message
     assert core_api.read_namespaced_pod("taken", namespace).spec.node_name == first
+
+
+def test_binding_a_pod_bound_already_to_that_node_is_done_as_after_a_lost_answer(
+    control_plane: ControlPlane, core_api: kubernetes.client.CoreV1Api, namespace: str, kwok_nodes: Callable[..., str]
+) -> None:
+    """The first attempt's answer was lost and the retry meets "already assigned": the pod is where usher put it."""
+    node = kwok_nodes("a")
+    core_api.create_namespaced_pod(namespace, pod_manifest("mine", "nobody"))
+    pod = pod_info(core_api, namespace, "mine")
+    first = bind_with_usher(control_plane, lambda binder: binder.bind(pod, NodeName(node)))
+
+    again = bind_with_usher(control_plane, lambda binder: binder.bind(pod, NodeName(node)))
+
+    assert first.ok and again.ok, (first, again)
+    assert core_api.read_namespaced_pod("mine", namespace).spec.node_name == node
 
 
 def test_binding_a_pod_replaced_by_one_of_the_same_name_is_a_conflict(

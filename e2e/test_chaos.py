@@ -189,3 +189,46 @@ def test_one_api_call_in_ten_failing_with_503_or_429_loses_and_doubles_nothing(
             assert chaos.injected[503] > 0 and chaos.injected[429] > 0
             assert [fault.injected for fault in certain] == [3, 3]
             assert proxy.count("POST", binding, 201) == total, "one accepted binding per pod"
+
+
+def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserved(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    driver: Driver,
+    control_plane: Cluster,
+    test_id: str,
+    tmp_path: Path,
+) -> None:
+    """Each binding reaches the API server but its answer is a 503: the retry is told "already assigned".
+
+    That is the API server restarting between writing a binding and answering it. usher must take the
+    pod as bound where it put it, not roll it back: a rollback drops the claim's reservation while the
+    pod stays bound (the kubelet would then refuse to run it).
+    """
+    total = 10
+    nodes = nodes_with_devices(kwok_nodes, driver, 2, devices=8)
+    binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
+    lost = faultproxy.Fault("POST", binding, 503, times=total, forward=True)
+    with faultproxy.running(control_plane, [lost]) as proxy:
+        scheduler = UsherProcess(
+            kubeconfig=proxy.kubeconfig(tmp_path / "usher.kubeconfig"),
+            scheduler_name=f"usher-{test_id}"[:63].rstrip("-"),
+            log_path=control_plane.logs_dir / f"usher-{test_id}.log",
+        )
+        with scheduler:
+            scheduler.start()
+            burst = Burst(core_api, namespace, scheduler.scheduler_name, driver, total)
+            burst.create(total)
+            wait_for(lambda: burst.bound() == total, 120, "every pod bound")
+            wait_for(
+                lambda: scheduler.metric("scheduler_schedule_attempts_total", result="scheduled") == total,
+                30,
+                "every pod counted scheduled",
+            )
+            assert lost.injected == total
+            assert [e.status for e in proxy.answered("POST", binding)].count(201) == total, "each binding written"
+            assert proxy.count("POST", binding, 409) == total, "each retry told the pod is bound already"
+            assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
+            assert scheduler.metric("scheduler_schedule_attempts_total", result="error") == 0
+            healthy(scheduler)

@@ -401,7 +401,7 @@ async def run(options: RunOptions) -> None:
         clock=MonotonicClock(),
         recorder=metrics,
         writer=dispatcher,
-        binder=DispatcherBinder(dispatcher),
+        binder=DispatcherBinder(dispatcher, api),
         claim_writer=DispatcherClaimWriter(dispatcher, api),
         volume_writer=volume_writer,
         volumes=volumes,

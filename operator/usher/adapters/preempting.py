@@ -14,15 +14,11 @@ from typing import Any
 
 from usher.adapters.dispatching import ApiCall, Request
 from usher.adapters.kubeapi import ApiResult
-from usher.adapters.reporting import condition_patch, pod_status_call
+from usher.adapters.reporting import condition_patch, pod_path, pod_status_call
 from usher.core.types import PodInfo
 
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
-
-
-def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
 def disruption_condition_call(victim: PodInfo, scheduler_name: str, on_done: Callable[[ApiResult], None]) -> ApiCall:

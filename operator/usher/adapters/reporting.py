@@ -21,12 +21,16 @@ def binding_call_body(namespace: str, name: str, uid: str, node: str) -> dict[st
     }
 
 
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+
 def binding_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
+    return pod_path(namespace, name) + "/binding"
 
 
 def status_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+    return pod_path(namespace, name) + "/status"
 
 
 def _now() -> str:
