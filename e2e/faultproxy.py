@@ -159,7 +159,6 @@ class FaultProxy:
             upstream.release()
         return response
 
-
     async def _forward(
         self, request: web.Request, session: aiohttp.ClientSession, arrived: float
     ) -> aiohttp.ClientResponse:
