@@ -236,7 +236,7 @@ def _group_claims(scheduler: Scheduler, group: PodGroup) -> list[dict[str, str]]
     dra = scheduler.dra
     claims = []
     for group_claim in group.claims:
-        name = group_claim.claim_name or group.generated_claim(group_claim.name)
+        name = group.resolved_claim(group_claim)
         claim = dra.claim(f"{group.namespace}/{name}") if name else None
         if name is None:
             state = f"not created yet from template {group_claim.template_name}"

@@ -100,6 +100,11 @@ class PodGroup:
                 return str(generated) if generated else None
         return None
 
+    def resolved_claim(self, claim: GroupClaim) -> str | None:
+        """The name of the ResourceClaim a group claim stands for: the one it names, else the one made from its
+        template (None while there is none)."""
+        return claim.claim_name or self.generated_claim(claim.name)
+
     @property
     def gang(self) -> bool:
         """All-or-nothing: the gang policy (``minCount`` pods together, or none)."""

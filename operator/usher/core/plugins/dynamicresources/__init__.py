@@ -579,7 +579,7 @@ class DynamicResources:
                 if message:
                     return message
         for group_claim in group.claims:
-            name = group_claim.claim_name or group.generated_claim(group_claim.name)
+            name = group.resolved_claim(group_claim)
             claim = self._dra.claim(claim_key(group.namespace, name)) if name else None
             if claim is None or claim.allocation is None or group.uid not in claim.reserved_for:
                 continue

@@ -256,12 +256,10 @@ class NodeResourcesFit:
         other node, so a pod that still does not fit there gains nothing from a retry: with many
         preemptors waiting for their victims, each victim's deletion no longer retries all of them.
         """
-        gone = old if old is not None else new
-        spec, status = (gone or {}).get("spec") or {}, (gone or {}).get("status") or {}
-        name = spec.get("nodeName") or status.get("nominatedNodeName")
+        name = _freed_node(old, new)
         if not name:
             return QueueingHint.QUEUE_SKIP  # kube-scheduler: an unscheduled, unnominated pod held no room
-        node = self._handle.node_info(str(name)) if self._handle is not None else None
+        node = self._handle.node_info(name) if self._handle is not None else None
         if node is None:
             return QueueingHint.QUEUE
         requested = dict(node.requested)
@@ -284,11 +282,9 @@ class NodeResourcesFit:
     def _room_freed_alike(self, pod: PodInfo, old: Any, new: Any) -> Hashable:
         """``_room_freed`` answers alike for pods of the same priority and requests, unless the pod is one
         of the nominees of the freed node (its own nomination is not held against it): then the pod itself."""
-        gone = old if old is not None else new
-        spec, status = (gone or {}).get("spec") or {}, (gone or {}).get("status") or {}
-        name = spec.get("nodeName") or status.get("nominatedNodeName")
+        name = _freed_node(old, new)
         if name and self._handle is not None:
-            for held in self._handle.nominated_pods(str(name)):
+            for held in self._handle.nominated_pods(name):
                 if held.uid == pod.uid:
                     return pod.key
         # Unsorted: pods whose requests list in another order get different keys, which only costs a hint.
@@ -303,6 +299,13 @@ class NodeResourcesFit:
             if resource != PODS and not self._ignored(resource) and amount > allocatable.get(resource, 0):
                 return QueueingHint.QUEUE_SKIP
         return QueueingHint.QUEUE
+
+
+def _freed_node(old: Any, new: Any) -> str:
+    """The node a deleted (or shrunk) pod held room on: where it was bound, else where it was nominated."""
+    gone = old if old is not None else new
+    spec, status = (gone or {}).get("spec") or {}, (gone or {}).get("status") or {}
+    return str(spec.get("nodeName") or status.get("nominatedNodeName") or "")
 
 
 def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
