@@ -42,8 +42,9 @@ def only(*keys: PodKey) -> PreQueueingHintResult:
     return PreQueueingHintResult(all_pods=False, pods=frozenset(keys))
 
 
-AlikeFn = Callable[[PodInfo, Any, Any], Hashable]
-"""``(pod, old, new) -> key`` of pods the hint answers alike for that event (``ClusterEventWithHint.alike``)."""
+AlikeFn = Callable[[Any, Any], Callable[[PodInfo], Hashable]]
+"""``(old, new) -> (pod -> key)``: called once per event, it gives the key of pods the hint answers alike for
+that event (``ClusterEventWithHint.alike``)."""
 
 PreQueueingHintFn = Callable[[Any, Any], PreQueueingHintResult]
 """``(old, new) -> all pods | these pods``; called once per event before the per-pod hints."""
@@ -57,6 +58,7 @@ class ClusterEventWithHint:
     hint: QueueingHintFn | None = None
     pre_hint: PreQueueingHintFn | None = None
     alike: AlikeFn | None = None
-    """``(pod, old, new) -> key``: pods with equal keys get the same ``hint`` answer for one event, so the
+    """``(old, new) -> (pod -> key)``: pods with equal keys get the same ``hint`` answer for one event, so the
     queue asks the hint once per key and event (a burst of victim deletions with a thousand preemptors
-    waiting costs a thousand cheap keys per deletion, not a thousand hints). None: ask for every pod."""
+    waiting costs a thousand cheap keys per deletion, not a thousand hints). Whatever the key needs from the
+    event is read once, outside the key function. None: ask for every pod."""

@@ -6,6 +6,7 @@ and the cycle read them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -34,7 +35,12 @@ class QueuedPod:
     unschedulable_count: int = 0
     consecutive_errors: int = 0
     unschedulable_plugins: set[str] = field(default_factory=set)
+    """Set only through ``rejected_by`` (with ``pending_plugins``), which keeps ``holders`` in step."""
     pending_plugins: set[str] = field(default_factory=set)
+    holders: tuple[str, ...] = ()
+    """The rejecting plugins, sorted: what the queue asks about every event while the pod waits."""
+    pending_holders: tuple[str, ...] = ()
+    """``pending_plugins``, sorted."""
     gating_plugin: str = ""
     """The PreEnqueue plugin that holds the pod back; empty when not gated."""
     gating_message: str = ""
@@ -64,3 +70,10 @@ class QueuedPod:
     @property
     def rejectors(self) -> set[str]:
         return self.unschedulable_plugins | self.pending_plugins
+
+    def rejected_by(self, unschedulable: Iterable[str], pending: Iterable[str]) -> None:
+        """The plugins that rejected the last attempt (Unschedulable, and Pending: retried at once when helped)."""
+        self.unschedulable_plugins = set(unschedulable)
+        self.pending_plugins = set(pending)
+        self.holders = tuple(sorted(self.unschedulable_plugins | self.pending_plugins))
+        self.pending_holders = tuple(sorted(self.pending_plugins))

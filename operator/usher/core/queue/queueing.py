@@ -181,10 +181,22 @@ class _Interest:
     by_plugin: dict[str, list[ClusterEventWithHint]] = field(default_factory=dict)
 
 
-_Matching = dict[tuple[str, str], list[ClusterEventWithHint]]
-"""(scheduler name, plugin) -> its QueueingHint registrations that match one event."""
-_Answers = dict[tuple[int, Hashable], QueueingHint]
-"""(id of a registration, its ``alike`` key) -> the hint's answer for one event."""
+_Plan = tuple[tuple[str, ClusterEventWithHint, bool], ...]
+"""For one event and pods rejected alike: (plugin, its registration matching the event, the pod Pending on it)."""
+_NO_REJECTORS: _Plan = (("(no rejectors)", ClusterEventWithHint(ClusterEvent(Resource.WILDCARD, ActionType.ALL)), False),)
+_NO_PROFILE: _Plan = (("(no profile)", ClusterEventWithHint(ClusterEvent(Resource.WILDCARD, ActionType.ALL)), False),)
+
+
+@dataclass(slots=True)
+class _EventMemo:
+    """What one ``move_all`` learns once for all its candidates."""
+
+    plans: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], _Plan] = field(default_factory=dict)
+    """(scheduler name, gating plugin, holders, pending holders) -> the pods' plan."""
+    keys: dict[int, Callable[[PodInfo], Hashable]] = field(default_factory=dict)
+    """id of a registration -> its ``alike`` key function for the event."""
+    answers: dict[tuple[int, Hashable], QueueingHint] = field(default_factory=dict)
+    """(id of a registration, its ``alike`` key) -> the hint's answer."""
 
 
 class SchedulingQueue:
@@ -353,7 +365,8 @@ class SchedulingQueue:
     def _start_attempt(self, queued: QueuedPod) -> None:
         queued.where = Where.IN_FLIGHT
         queued.attempts += 1
-        queued.pending_plugins.clear()
+        if queued.pending_plugins:
+            queued.rejected_by(queued.unschedulable_plugins, ())
         if queued.initial_attempt_timestamp is None:
             queued.initial_attempt_timestamp = self._clock.now()
         if self._options.queueing_hints:
@@ -393,8 +406,7 @@ class SchedulingQueue:
         replay = self._in_flight.events_since_popped(queued.key) if self._options.queueing_hints else []
         popped_cycle = queued.popped_cycle
         self._in_flight.done(queued.key)
-        queued.unschedulable_plugins = set(unschedulable_plugins)
-        queued.pending_plugins = set(pending_plugins)
+        queued.rejected_by(unschedulable_plugins, pending_plugins)
         if queued.rejectors:
             queued.unschedulable_count += 1
             queued.consecutive_errors = 0
@@ -449,12 +461,11 @@ class SchedulingQueue:
             # Only pods held by a plugin that registered for this event can be helped by it.
             candidates = self._pool.held_by(interest.by_plugin)
         moved = 0
-        matching: _Matching = {}
-        answers: _Answers = {}
+        memo = _EventMemo()
         for queued in candidates:
             if pre_check is not None and not pre_check(queued):
                 continue
-            strategy = self._strategy(queued, event, old, new, narrowed, matching, answers)
+            strategy = self._strategy(queued, event, old, new, narrowed, memo)
             if strategy is not Strategy.SKIP:
                 self._requeue(queued, strategy, event.label)
                 moved += 1
@@ -603,19 +614,21 @@ class SchedulingQueue:
         old: Any,
         new: Any,
         narrowed: _Narrowed | None,
-        matching: _Matching | None = None,
-        answers: _Answers | None = None,
+        memo: _EventMemo | None = None,
     ) -> Strategy:
         """Could ``event`` make ``queued`` schedulable, according to the plugins that rejected it?
 
-        ``matching``: the registrations of each (profile, plugin) that match ``event``, filled as pods need
-        them, so one event's many candidates look each registration up once. ``answers``: the hints' answers
-        for this event by the registration's ``alike`` key (within one ``move_all`` only: the cluster does
-        not change between its candidates)."""
-        rejectors = {queued.gating_plugin} if queued.gated else queued.rejectors
-        if not rejectors:
-            return Strategy.AFTER_BACKOFF
-        if event.is_wildcard:
+        ``memo`` (one ``move_all``'s, in which the cluster does not change): what pods rejected alike need
+        asked (their ``_Plan``), and the hints' answers by each registration's ``alike`` key. Without it,
+        every hint is asked for this pod."""
+        share = memo is not None
+        if memo is None:
+            memo = _EventMemo()
+        signature = (queued.pod.scheduler_name, queued.gating_plugin, queued.holders, queued.pending_holders)
+        plan = memo.plans.get(signature)
+        if plan is None:
+            plan = memo.plans[signature] = self._plan(queued, event)
+        if plan is _NO_REJECTORS or event.is_wildcard:
             return Strategy.AFTER_BACKOFF
         if (
             event.resource is Resource.UNSCHEDULED_POD
@@ -624,37 +637,45 @@ class SchedulingQueue:
         ):
             # An update of another unscheduled pod never helps this one; its arrival may (it can complete a gang).
             return Strategy.SKIP
-        profile = self._profiles.get(queued.pod.scheduler_name)
-        if profile is None:
+        if plan is _NO_PROFILE:
             return Strategy.AFTER_BACKOFF
         strategy = Strategy.SKIP
-        if matching is None:
-            matching = {}
-        for plugin in sorted(rejectors):
-            regs = matching.get((queued.pod.scheduler_name, plugin))
-            if regs is None:
-                regs = [reg for reg in profile.queueing_hints.get(plugin, ()) if reg.event.matches(event)]
-                matching[(queued.pod.scheduler_name, plugin)] = regs
-            for reg in regs:
-                if (
-                    narrowed is not None
-                    and plugin in narrowed.by_plugin
-                    and queued.key not in narrowed.by_plugin[plugin]
-                ):
-                    continue
-                if answers is not None and reg.alike is not None:
-                    alike = (id(reg), reg.alike(queued.pod, old, new))
-                    hint = answers.get(alike)
-                    if hint is None:
-                        hint = answers[alike] = self._run_hint(plugin, reg, queued, event, old, new)
-                else:
-                    hint = self._run_hint(plugin, reg, queued, event, old, new)
-                if hint is QueueingHint.QUEUE_SKIP:
-                    continue
-                if plugin in queued.pending_plugins:
-                    return Strategy.IMMEDIATELY
-                strategy = Strategy.AFTER_BACKOFF
+        for plugin, reg, pending in plan:
+            if narrowed is not None and plugin in narrowed.by_plugin and queued.key not in narrowed.by_plugin[plugin]:
+                continue
+            if share and reg.alike is not None:
+                key_of = memo.keys.get(id(reg))
+                if key_of is None:
+                    key_of = memo.keys[id(reg)] = reg.alike(old, new)
+                alike = (id(reg), key_of(queued.pod))
+                hint = memo.answers.get(alike)
+                if hint is None:
+                    hint = memo.answers[alike] = self._run_hint(plugin, reg, queued, event, old, new)
+            else:
+                hint = self._run_hint(plugin, reg, queued, event, old, new)
+            if hint is QueueingHint.QUEUE_SKIP:
+                continue
+            if pending:
+                return Strategy.IMMEDIATELY
+            strategy = Strategy.AFTER_BACKOFF
         return strategy
+
+    def _plan(self, queued: QueuedPod, event: ClusterEvent) -> _Plan:
+        """The registrations matching ``event`` of the plugins holding ``queued`` (sorted by plugin), each with
+        whether that plugin left the pod Pending (then a Queue answer retries it at once)."""
+        rejectors = (queued.gating_plugin,) if queued.gating_plugin else queued.holders
+        if not rejectors:
+            return _NO_REJECTORS
+        profile = self._profiles.get(queued.pod.scheduler_name)
+        if profile is None:
+            return _NO_PROFILE
+        pending = set(queued.pending_holders)
+        return tuple(
+            (plugin, reg, plugin in pending)
+            for plugin in rejectors
+            for reg in profile.queueing_hints.get(plugin, ())
+            if reg.event.matches(event)
+        )
 
     def _run_hint(
         self, plugin: str, reg: ClusterEventWithHint, queued: QueuedPod, event: ClusterEvent, old: Any, new: Any

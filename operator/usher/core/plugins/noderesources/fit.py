@@ -13,7 +13,7 @@ kube-scheduler, so empty pods still spread.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,10 @@ LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
+
+
+_ROOM = (True, True, True)
+"""Room for one more pod, its cpu and its memory."""
 
 
 def insufficient(resource: str) -> str:
@@ -152,16 +156,23 @@ class NodeResourcesFit:
             # The common pod (cpu and memory at most): NodeInfo's scalar copies, no dict lookups.
             # A resource the pod does not request is not checked at all (an overcommitted node
             # still takes a pod that asks for none of it): -inf passes every comparison.
+            # A node that fails does so on pods, cpu, memory or some of them, and the reasons say just which:
+            # one Status per combination serves every node failing alike (a full cluster fails 1000 alike).
             cpu, memory = wanted.get(CPU, -math.inf), wanted.get(MEMORY, -math.inf)
+            failures: dict[tuple[bool, bool, bool], Status] = {}
             for node in nodes:
-                if (
-                    node.requested_pods < node.allocatable_pods
-                    and cpu <= node.allocatable_cpu - node.requested_cpu
-                    and memory <= node.allocatable_memory - node.requested_memory
-                ):
+                room = (
+                    node.requested_pods < node.allocatable_pods,
+                    cpu <= node.allocatable_cpu - node.requested_cpu,
+                    memory <= node.allocatable_memory - node.requested_memory,
+                )
+                if room == _ROOM:
                     results.append(None)
-                else:
-                    results.append(self.filter(state, pod, node))
+                    continue
+                status = failures.get(room)
+                if status is None:
+                    status = failures[room] = self.filter(state, pod, node)
+                results.append(status)
             return results
         for node in nodes:
             allocatable = node.allocatable
@@ -279,16 +290,19 @@ class NodeResourcesFit:
                 return QueueingHint.QUEUE_SKIP
         return QueueingHint.QUEUE
 
-    def _room_freed_alike(self, pod: PodInfo, old: Any, new: Any) -> Hashable:
+    def _room_freed_alike(self, old: Any, new: Any) -> Callable[[PodInfo], Hashable]:
         """``_room_freed`` answers alike for pods of the same priority and requests, unless the pod is one
         of the nominees of the freed node (its own nomination is not held against it): then the pod itself."""
         name = _freed_node(old, new)
-        if name and self._handle is not None:
-            for held in self._handle.nominated_pods(name):
-                if held.uid == pod.uid:
-                    return pod.key
-        # Unsorted: pods whose requests list in another order get different keys, which only costs a hint.
-        return (pod.priority, *pod.requests.items())
+        nominees = {held.uid for held in self._handle.nominated_pods(name)} if name and self._handle else set()
+
+        def key(pod: PodInfo) -> Hashable:
+            if pod.uid in nominees:
+                return pod.key
+            # Unsorted: pods whose requests list in another order get different keys, which only costs a hint.
+            return (pod.priority, *pod.requests.items())
+
+        return key
 
     def _node_fits(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Queue only if the new or grown node could hold the pod were it empty."""
