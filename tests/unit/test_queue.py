@@ -719,7 +719,9 @@ class AlikeRejector(Rejector):
     """A Rejector whose hint answers alike for pods of the same priority (``ClusterEventWithHint.alike``)."""
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
-        return [ClusterEventWithHint(e, hint=self.hint, alike=lambda old, new: lambda p: p.priority) for e in self.events]
+        return [
+            ClusterEventWithHint(e, hint=self.hint, alike=lambda old, new: lambda p: p.priority) for e in self.events
+        ]
 
 
 def test_pods_the_hint_answers_alike_are_asked_once_per_event(clock: FakeClock) -> None:

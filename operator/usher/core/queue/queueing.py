@@ -183,8 +183,11 @@ class _Interest:
 
 _Plan = tuple[tuple[str, ClusterEventWithHint, bool], ...]
 """For one event and pods rejected alike: (plugin, its registration matching the event, the pod Pending on it)."""
-_NO_REJECTORS: _Plan = (("(no rejectors)", ClusterEventWithHint(ClusterEvent(Resource.WILDCARD, ActionType.ALL)), False),)
-_NO_PROFILE: _Plan = (("(no profile)", ClusterEventWithHint(ClusterEvent(Resource.WILDCARD, ActionType.ALL)), False),)
+_ANY = ClusterEventWithHint(ClusterEvent(Resource.WILDCARD, ActionType.ALL))
+_NO_REJECTORS: _Plan = (("(no rejectors)", _ANY, False),)
+"""Sentinel plan: nothing rejected the pod (an error): retried after its backoff, whatever the event."""
+_NO_PROFILE: _Plan = (("(no profile)", _ANY, False),)
+"""Sentinel plan: no profile of that scheduler name: retried after its backoff."""
 
 
 @dataclass(slots=True)
