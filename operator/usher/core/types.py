@@ -212,8 +212,9 @@ def reason_histogram(statuses: Iterable[Status], absent: int = 0, absent_reason:
     """kube-scheduler's FitError detail: each reason with how many nodes gave it, sorted as text
     (``2 Insufficient cpu, 1 node(s) had untolerated taint``); ``absent`` more nodes count ``absent_reason``."""
     counts: Counter[str] = Counter()
-    for status in statuses:
-        counts.update(status.reasons)
+    for reasons, nodes in Counter(status.reasons for status in statuses).items():  # many nodes fail alike
+        for reason in reasons:
+            counts[reason] += nodes
     if absent > 0:
         counts[absent_reason] += absent
     return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))

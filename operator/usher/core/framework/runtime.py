@@ -337,11 +337,15 @@ class Framework:
             if not any(statuses):  # every node passed (None), the usual case: nothing to sort out
                 continue
             still: list[int] = []
+            named: dict[int, Status] = {}  # a batch often answers many nodes with one Status: name it once
             for index, status in zip(standing, statuses, strict=True):
                 if status is None or status.code is Code.SUCCESS:
                     still.append(index)
                 else:
-                    results[index] = status.with_plugin(name)
+                    with_name = named.get(id(status))
+                    if with_name is None:
+                        with_name = named[id(status)] = status.with_plugin(name)
+                    results[index] = with_name
             standing = still
         return results
 
