@@ -15,9 +15,14 @@ import itertools
 import logging
 import math
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.kube import Api, ApiError, cancel
@@ -26,6 +31,8 @@ from bench.workloads import PHASE_LABEL
 logger = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 1.0
+PROFILE_RATE = 200
+"""py-spy samples per second."""
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -319,3 +326,25 @@ class Sampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.samples.append((time.monotonic() - self.started, self._count()))
+
+
+def start_profiler(pid: int, out: Path, log: Path) -> subprocess.Popen[bytes]:
+    """py-spy on process ``pid`` into ``out`` (collapsed stacks, for ``bench.profile``) until ``stop_profiler``."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [py_spy, "record", "--pid", str(pid), "--rate", str(PROFILE_RATE), "--format", "raw", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    """Stop py-spy; it writes its file on SIGINT."""
+    if profiler is None:
+        return
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        profiler.kill()

@@ -24,7 +24,6 @@ import logging
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from bench.measure import (
     cpu_seconds,
     peak_rss_mib,
     percentile,
+    start_profiler,
+    stop_profiler,
     throughput_stats,
 )
 from bench.perfconfig import MAX_NODES as UPSTREAM_MAX_NODES
@@ -305,7 +306,7 @@ class Run:
         finally:
             elapsed = time.monotonic() - t0
             await sampler.stop()
-            self._stop_profiler(profiler)
+            stop_profiler(profiler)
         bound = watcher.bound(phase) - base
         out: dict[str, Any] = {
             "status": status,
@@ -334,24 +335,8 @@ class Run:
         """py-spy on usher for the measured phase only (collapsed stacks, for `bench.profile`)."""
         if self.profile_dir is None or pid is None or name is None or self.contender.family != "usher":
             return None
-        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        self.profile_dir.mkdir(parents=True, exist_ok=True)
         out = self.profile_dir / f"{name}.{self.contender.key}.txt"
-        return subprocess.Popen(
-            [py_spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--output", str(out)],
-            stdout=subprocess.DEVNULL,
-            stderr=(self.workdir / "logs" / "py-spy.log").open("wb"),
-        )
-
-    @staticmethod
-    def _stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
-        if profiler is None:
-            return
-        profiler.send_signal(signal.SIGINT)
-        try:
-            profiler.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            profiler.kill()
+        return start_profiler(pid, out, self.workdir / "logs" / "py-spy.log")
 
     # ----------------------------------------------------------------- objects
 
@@ -523,6 +508,7 @@ def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
         keep=bool(args.keep),
         names=args.upstream or [],
         prestart=bool(args.smoke),
+        profile_dir=Path(args.out) / "profiles" if args.profile else None,
     )
 
 
@@ -575,7 +561,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--report", action="store_true", help="also write RESULTS.md and the chart")
     parser.add_argument("--report-md", default=str(REPO / "bench" / "RESULTS.md"))
     parser.add_argument("--chart", default=str(REPO / "bench" / "throughput.png"))
-    parser.add_argument("--profile", action="store_true", help="py-spy usher's measured phases into OUT/profiles/")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy usher's measured phases (upstream: each metrics collection) into OUT/profiles/",
+    )
     parser.add_argument("--workdir", help="where control planes live (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep every run's work directory (logs)")
     upstream = parser.add_argument_group(

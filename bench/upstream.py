@@ -34,6 +34,7 @@ import json
 import logging
 import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ from bench.contenders import (
 )
 from bench.executor import ClusterPods, Executor
 from bench.kube import Api
-from bench.measure import CpuMeter, cpu_seconds, peak_rss_mib
+from bench.measure import CpuMeter, cpu_seconds, peak_rss_mib, start_profiler, stop_profiler
 from bench.perfconfig import Selection, TestCase, Workload
 from bench.runner import APISERVER_ARGS, KCM_ARGS, component_pids, machine, phase_timeout, run_header
 from e2e.controlplane import ControlPlane, start
@@ -219,17 +220,25 @@ class RunHooks:
     plane: ControlPlane
     contender: Contender
     kcm: bool
+    profile: Path | None = None
+    """Where py-spy writes usher's stacks over the collection (None: not profiled; never kube-scheduler)."""
     _meter: CpuMeter | None = None
     _before: str | None = None
+    _profiler: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         self._before = await self.contender.scrape()
         self._meter = CpuMeter(component_pids(self.plane, kcm=self.kcm, scheduler=self.contender.pid))
         self._meter.start()
+        pid = self.contender.pid
+        if self.profile is not None and pid is not None and self.contender.family == "usher":
+            self._profiler = start_profiler(pid, self.profile, self.profile.with_suffix(".log"))
 
     async def stop(self) -> dict[str, Any]:
         assert self._meter is not None
         out: dict[str, Any] = dict(self._meter.stop())
+        stop_profiler(self._profiler)
+        self._profiler = None
         after = await self.contender.scrape()
         if after is not None and self._before is not None:
             out["attempt_duration_ms"] = attempt_durations(self._before, after)
@@ -267,9 +276,11 @@ class UpstreamRun:
         workdir: Path,
         repetition: int,
         timeout: Callable[[int], float] = phase_timeout,
+        profile: Path | None = None,
     ) -> None:
         self.plan = plan
         self.timeout = timeout
+        self.profile = profile
         self.stopping: asyncio.Task[None] | None = None
         """The plane's shutdown, in a thread: the next run may start meanwhile."""
         self.contender = contender
@@ -316,7 +327,7 @@ class UpstreamRun:
                 pods,
                 plan.test_case,
                 plan.workload,
-                hooks=RunHooks(plane, contender, plan.needs_kcm),
+                hooks=RunHooks(plane, contender, plan.needs_kcm, self.profile),
                 check=contender.ensure_alive,
                 timeout=self.timeout,
             )
@@ -406,6 +417,8 @@ class Options:
     names: Sequence[str] = field(default_factory=list)
     prestart: bool = False
     """Start the next run's control plane while a run works, and stop planes in the background (smoke only)."""
+    profile_dir: Path | None = None
+    """py-spy usher over each metrics collection, into ``<TestCase>.<workload>.usher-<repetition>.txt`` here."""
 
     def timeout(self, pods: int) -> float:
         """How long one wait for ``pods`` may take before the run is recorded as timed out (never a pass/fail).
@@ -479,7 +492,12 @@ async def run_selection(
         for key in keys[repetition % len(keys) :] + keys[: repetition % len(keys)]:
             contender = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}[key]
             workdir = base / tc.name / f"{key}-{repetition}"
-            order.append(UpstreamRun(plan, contender, workdir, repetition, options.timeout))
+            profile = (
+                options.profile_dir / f"{tc.name}.{plan.workload.name}.{key}-{repetition}.txt"
+                if options.profile_dir is not None
+                else None
+            )
+            order.append(UpstreamRun(plan, contender, workdir, repetition, options.timeout, profile))
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     upcoming: asyncio.Future[ControlPlane] | None = None
     cleanups: list[asyncio.Task[None]] = []
