@@ -189,3 +189,22 @@ def test_the_node_list_counts_the_pods_using_each_claim_as_pods_come_and_go(cach
     assert dict(claims_in_use(nodes)) == {"default/data": 1}
     # Without the cache's NodeList (a plain list of nodes), the pods on them are counted.
     assert dict(claims_in_use(list(nodes))) == {"default/data": 1}
+
+
+def test_a_node_info_gets_a_new_generation_on_every_change_and_a_clone_keeps_it_until_it_changes() -> None:
+    cache = Cache()
+    info = cache.add_or_update_node(make_node().name("n").obj())
+    seen = {info.generation}
+    pod = PodInfo.from_api(make_pod().name("p").uid("p").node("n").obj())
+    info.add_pod(pod)
+    seen.add(info.generation)
+    clone = info.clone()
+    assert clone.generation == info.generation, "the same contents"
+    clone.remove_pod(pod.key)
+    assert clone.generation not in seen | {info.generation}
+    seen.add(clone.generation)
+    info.set_node(make_node().name("n").label("zone", "b").obj())
+    assert info.generation not in seen
+    seen.add(info.generation)
+    info.node_gone()
+    assert info.generation not in seen and not info.exists

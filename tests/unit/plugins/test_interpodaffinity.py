@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +28,10 @@ from usher.core.plugins.interpodaffinity import (
     parse_args,
 )
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
-from usher.core.plugins.interpodaffinity.terms import TermsCache
+from usher.core.plugins.interpodaffinity.scoring import topology_scores
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
 from usher.core.plugins.registry import in_tree_registry
-from usher.core.types import Code, NodeName, PodInfo, QueueingHint
+from usher.core.types import Code, NodeName, PodInfo, PodKey, QueueingHint
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -770,3 +773,73 @@ def test_node_hint(
     target: dict[str, Any], old: dict[str, Any] | None, new: dict[str, Any] | None, hint: QueueingHint
 ) -> None:
     assert node_changed(PodInfo.from_api(target), old, new) is hint
+
+
+# -- score shares kept across cycles ----------------------------------------------
+
+
+def _random_pod(rnd: random.Random, name: str, node_name: str = "") -> dict[str, Any]:
+    colours = ["red", "blue"]
+    keys = [HOST, ZONE]
+    kwargs: dict[str, Any] = {}
+    if rnd.random() < 0.5:
+        kwargs["preferred"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
+    if rnd.random() < 0.3:
+        kwargs["preferred_anti"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
+    if rnd.random() < 0.2:
+        kwargs["affinity"] = [term(rnd.choice(keys), color=rnd.choice(colours))]
+    namespace = rnd.choice(["default", "other"])
+    return pod(name, node=node_name, namespace=namespace, labels={"color": rnd.choice(colours)}, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_score_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(seed: int) -> None:
+    """Pods, nodes and node labels come and go between cycles; incoming pods of a few kinds repeat, each with
+    labels of its own. The sums PreScore keeps per node (``NodeShares``) must equal a walk of every pod, cycle
+    after cycle."""
+    rnd = random.Random(seed)
+    cache = Cache()
+    plugin = interpodaffinity.new({}, FakeHandle(namespaces={"default": {}, "other": {"team": "b"}}))
+    names = [f"n{i}" for i in range(6)]
+    for name in names[:4]:
+        cache.add_or_update_node(node(name, zone=rnd.choice("ab")))
+    incoming_kinds = [_random_pod(random.Random(seed * 100 + k), f"in{k}") for k in range(3)]
+    placed: list[str] = []
+    for step in range(60):
+        action = rnd.random()
+        present = [n.name for n in cache.node_infos()]
+        if action < 0.45 and present:
+            raw = _random_pod(rnd, f"p{step}", rnd.choice(present))
+            cache.add_or_update_pod(PodInfo.from_api(raw))
+            placed.append(f"{raw['metadata']['namespace']}/p{step}")
+        elif action < 0.65 and placed:
+            cache.remove_pod(PodKey(placed.pop(rnd.randrange(len(placed)))))
+        elif action < 0.8:
+            name = rnd.choice(names)
+            cache.add_or_update_node(node(name, zone=rnd.choice("abc")))  # added, or relabelled
+        elif action < 0.9 and present:
+            cache.remove_node(rnd.choice(present))
+        raw_incoming = copy.deepcopy(rnd.choice(incoming_kinds))
+        # Every pod its own "signature" label (as scheduler_perf's), and now and then another colour.
+        raw_incoming["metadata"]["labels"]["signature"] = f"s{step}"
+        if rnd.random() < 0.3:
+            raw_incoming["metadata"]["labels"]["color"] = rnd.choice(["red", "blue", "green"])
+        incoming = PodInfo.from_api(raw_incoming)
+        nodes = cache.node_infos()
+        state = CycleState()
+        plugin.pre_filter(state, incoming, nodes)
+        status = plugin.pre_score(state, incoming, nodes)
+        fresh = topology_scores(
+            incoming,
+            pod_terms(incoming),
+            nodes,
+            TermsCache(),
+            NamespaceLabelsCache(plugin._handle.namespace_labels),
+            hard_pod_affinity_weight=plugin.args.hard_pod_affinity_weight,
+        )
+        if fresh is None:
+            assert status.code is Code.SKIP, f"step {step}"
+        else:
+            assert status.ok, f"step {step}: {status}"
+            kept = state.get(interpodaffinity.PRE_SCORE_STATE_KEY)
+            assert kept.topology_score == fresh.topology_score, f"step {step}"

@@ -138,7 +138,7 @@ class Cache:
         self._node_list = None
         if info.pods:
             # Keep counting its pods: they may still be running until deleted.
-            info.raw = None
+            info.node_gone()
         else:
             del self._nodes[NodeName(name)]
 

@@ -8,6 +8,7 @@ as kube-scheduler does for scoring.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,9 @@ from usher.core.types import HostPort, NodeName, PodInfo, PodKey
 
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+_GENERATIONS = itertools.count(1)
+"""One sequence for every NodeInfo and clone: equal generations mean equal contents."""
 
 
 def non_zero_requests(pod: PodInfo) -> tuple[int, int]:
@@ -59,10 +63,14 @@ class NodeInfo:
     requested_pods: int = 0
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
+    generation: int = field(default_factory=lambda: next(_GENERATIONS))
+    """Renewed on every change of the node or its pods (kube-scheduler's NodeInfo.Generation): a plugin may
+    keep what it derived from a node for as long as the generation holds."""
 
     def set_node(self, raw: Mapping[str, Any]) -> None:
         status = raw.get("status") or {}
         spec = raw.get("spec") or {}
+        self.generation = next(_GENERATIONS)
         self.raw = raw
         self.allocatable = resource_list(status.get("allocatable"))
         self.unschedulable = bool(spec.get("unschedulable"))
@@ -71,6 +79,11 @@ class NodeInfo:
         self.allocatable_cpu = self.allocatable.get(CPU, 0)
         self.allocatable_memory = self.allocatable.get(MEMORY, 0)
         self.allocatable_pods = self.allocatable.get(PODS, 0)
+
+    def node_gone(self) -> None:
+        """The Node object was deleted while pods still count here (a placeholder until they go)."""
+        self.generation = next(_GENERATIONS)
+        self.raw = None
 
     def _copy_requested(self) -> None:
         requested = self.requested
@@ -83,6 +96,7 @@ class NodeInfo:
     def add_pod(self, pod: PodInfo) -> None:
         if pod.key in self.pods:
             self.remove_pod(pod.key)
+        self.generation = next(_GENERATIONS)
         self.pods[pod.key] = pod
         add_into(self.requested, pod.requests)
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
@@ -99,6 +113,7 @@ class NodeInfo:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
+        self.generation = next(_GENERATIONS)
         for name, amount in pod.requests.items():
             self.requested[name] = self.requested.get(name, 0) - amount
         self.requested[PODS] = self.requested.get(PODS, 0) - 1
@@ -139,6 +154,7 @@ class NodeInfo:
             requested_pods=self.requested_pods,
             non_zero_cpu=self.non_zero_cpu,
             non_zero_memory=self.non_zero_memory,
+            generation=self.generation,
         )
 
     @property

@@ -18,7 +18,7 @@ skips itself when neither side has anything to enforce.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,15 @@ from usher.core.plugins.interpodaffinity.filtering import (
     filter_node,
 )
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
-from usher.core.plugins.interpodaffinity.scoring import PreScoreState, normalize, score_node, topology_scores
-from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
+from usher.core.plugins.interpodaffinity.scoring import (
+    NodeShares,
+    PreScoreState,
+    normalize,
+    score_node,
+    signature,
+    topology_scores,
+)
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, PodTerms, TermsCache, pod_terms
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 
@@ -58,6 +65,8 @@ NAME = INTER_POD_AFFINITY
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
 PRE_SCORE_STATE_KEY = "PreScore" + NAME
 ALL_NODES_KEY = NAME + "/allNodes"
+MAX_SHARES = 16
+"""Kinds of incoming pods whose per-node score shares are kept (a few templates burst at a time)."""
 """PreFilter's view of every node, kept for PreScore (which is handed only the feasible ones)."""
 
 DEFAULT_HARD_POD_AFFINITY_WEIGHT = 1
@@ -115,6 +124,8 @@ class InterPodAffinity:
         self.args = args
         self._handle = handle
         self._terms = TermsCache()
+        self._shares: dict[Hashable, NodeShares] = {}
+        """Per-node score shares of recent kinds of incoming pods (``scoring.signature``), most recent last."""
 
     # -- filtering -------------------------------------------------------------
 
@@ -162,18 +173,34 @@ class InterPodAffinity:
         if self.args.ignore_preferred_terms_of_existing_pods and not terms.has_preferred:
             return Status(Code.SKIP)
         all_nodes = state.get(ALL_NODES_KEY)
+        namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
+        # Sums kept across cycles need the same nodes every time: all of them, as PreFilter saw them.
+        shares = self._shares_for(pod, terms, namespace_labels) if all_nodes is not None else None
         computed = topology_scores(
             pod,
             terms,
             nodes if all_nodes is None else all_nodes,
             self._terms,
-            NamespaceLabelsCache(self._handle.namespace_labels),
+            namespace_labels,
             hard_pod_affinity_weight=self.args.hard_pod_affinity_weight,
+            shares=shares,
         )
         if computed is None:
             return Status(Code.SKIP)
         state.write(PRE_SCORE_STATE_KEY, computed)
         return SUCCESS
+
+    def _shares_for(self, pod: PodInfo, terms: PodTerms, namespace_labels: NamespaceLabelsCache) -> NodeShares | None:
+        key = signature(pod, terms, namespace_labels(pod.namespace) or {})
+        if key is None:
+            return None
+        shares = self._shares.pop(key, None)
+        if shares is None:
+            shares = NodeShares()
+            if len(self._shares) >= MAX_SHARES:
+                del self._shares[next(iter(self._shares))]  # the least recently used
+        self._shares[key] = shares
+        return shares
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
         computed = state.get(PRE_SCORE_STATE_KEY)

@@ -20,7 +20,8 @@ NormalizeScore maps [min, max] over the scored nodes onto [0, 100]
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,13 +42,8 @@ class PreScoreState:
     """topologyKey -> value -> summed weight."""
 
 
-def _add(scores: dict[str, dict[str, int]], labels: Mapping[str, str], key: str, weight: int) -> bool:
-    value = labels.get(key)
-    if value is None:
-        return False
-    domain = scores.setdefault(key, {})
-    domain[value] = domain.get(value, 0) + weight
-    return True
+Entry = tuple[str, str, int]
+"""(topologyKey, value, weight): one term of one existing pod counted for its node's domain."""
 
 
 def topology_scores(
@@ -58,43 +54,169 @@ def topology_scores(
     ns_labels_of: NamespaceLabelsOf,
     *,
     hard_pod_affinity_weight: int,
+    shares: NodeShares | None = None,
 ) -> PreScoreState | None:
-    """The per-domain sums, or None when no existing pod contributed anything (kube's Skip)."""
+    """The per-domain sums, or None when no existing pod contributed anything (kube's Skip).
+
+    ``shares``: what each node added for pods asking as this one does, kept from earlier cycles; only the
+    nodes that changed since (another generation) are walked again."""
     has_constraints = terms.has_preferred
     pod_ns_labels = ns_labels_of(pod.namespace) or {}
+
+    def entries_of(node: NodeInfo, read: set[str] | None = None) -> list[Entry]:
+        return _node_entries(pod, terms, node, cache, ns_labels_of, pod_ns_labels, hard_pod_affinity_weight, read)
+
+    # Without preferred terms of its own, only nodes holding pods with terms can add anything.
+    visited = nodes if has_constraints else list(nodes_with_affinity_pods(nodes))
+    if shares is not None:
+        return shares.update(visited, pod.labels, entries_of)
+    scores: dict[str, dict[str, int]] = {}
+    contributed = False
+    for node in visited:
+        for key, value, weight in entries_of(node):
+            domain = scores.setdefault(key, {})
+            domain[value] = domain.get(value, 0) + weight
+            contributed = True
+    return PreScoreState(scores) if contributed else None
+
+
+def _node_entries(
+    pod: PodInfo,
+    terms: PodTerms,
+    node: NodeInfo,
+    cache: TermsCache,
+    ns_labels_of: NamespaceLabelsOf,
+    pod_ns_labels: Mapping[str, str],
+    hard_pod_affinity_weight: int,
+    read: set[str] | None = None,
+) -> list[Entry]:
+    """What ``node``'s pods add to the incoming pod's domains (none for a node without labels).
+
+    ``read`` collects the label keys of the incoming pod that the existing pods' terms looked at."""
+    labels = node.labels
+    if not labels:
+        return []
+    has_constraints = terms.has_preferred
 
     def incoming_ns_labels(_: str) -> Mapping[str, str]:
         return pod_ns_labels
 
-    scores: dict[str, dict[str, int]] = {}
-    contributed = False
-    # Without preferred terms of its own, only nodes holding pods with terms can add anything.
-    for node in nodes if has_constraints else nodes_with_affinity_pods(nodes):
-        labels = node.labels
-        if not labels:
+    entries: list[Entry] = []
+
+    def add(key: str, weight: int) -> None:
+        value = labels.get(key)
+        if value is not None:
+            entries.append((key, value, weight))
+
+    for existing in node.pods.values():
+        if has_constraints:
+            for weighted in terms.preferred_affinity:
+                if weighted.term.matches_pod(existing, ns_labels_of):
+                    add(weighted.term.topology_key, weighted.weight)
+            for weighted in terms.preferred_anti_affinity:
+                if weighted.term.matches_pod(existing, ns_labels_of):
+                    add(weighted.term.topology_key, -weighted.weight)
+        if not existing.has_pod_affinity:
             continue
-        for existing in node.pods.values():
-            if has_constraints:
-                for weighted in terms.preferred_affinity:
-                    if weighted.term.matches_pod(existing, ns_labels_of):
-                        contributed |= _add(scores, labels, weighted.term.topology_key, weighted.weight)
-                for weighted in terms.preferred_anti_affinity:
-                    if weighted.term.matches_pod(existing, ns_labels_of):
-                        contributed |= _add(scores, labels, weighted.term.topology_key, -weighted.weight)
-            if not existing.has_pod_affinity:
+        theirs = cache.get(existing)
+        if read is not None:
+            read.update(theirs.selector_keys)
+        if hard_pod_affinity_weight > 0:
+            for term in theirs.required_affinity:
+                if term.matches_pod(pod, incoming_ns_labels):
+                    add(term.topology_key, hard_pod_affinity_weight)
+        for weighted in theirs.preferred_affinity:
+            if weighted.term.matches_pod(pod, incoming_ns_labels):
+                add(weighted.term.topology_key, weighted.weight)
+        for weighted in theirs.preferred_anti_affinity:
+            if weighted.term.matches_pod(pod, incoming_ns_labels):
+                add(weighted.term.topology_key, -weighted.weight)
+    return entries
+
+
+def signature(pod: PodInfo, terms: PodTerms, pod_ns_labels: Mapping[str, str]) -> Hashable | None:
+    """What ``topology_scores`` depends on besides the nodes and the pod's labels: pods with equal signatures
+    share ``NodeShares`` (which handles the labels, see there).
+
+    None when one of the pod's preferred terms selects namespaces by their labels: other namespaces' labels
+    may change without any node changing, so such a pod's sums are walked afresh."""
+    parts: list[object] = [pod.namespace, tuple(sorted(pod_ns_labels.items()))]
+    for sign, group in ((1, terms.preferred_affinity), (-1, terms.preferred_anti_affinity)):
+        for weighted in group:
+            term = weighted.term
+            if term.namespace_selector is not None and not term.all_namespaces:
+                return None
+            selector = json.dumps(term.selector, sort_keys=True)  # matchLabelKeys merged: the pod's values
+            parts.append((sign * weighted.weight, selector, tuple(sorted(term.namespaces)), term.all_namespaces))
+            parts.append(term.topology_key)
+    return tuple(parts)
+
+
+class NodeShares:
+    """For pods that ask alike (``signature``): what each node added to the per-domain sums, with the node's
+    generation, and the running sums.
+
+    Existing pods' terms also match the incoming pod's labels, and scheduler_perf gives every pod a label of
+    its own ("signature"): so the shares hold for pods whose labels agree on the keys those terms read
+    (``_reference``); a pod that differs there starts them afresh. A burst of pods from one template then
+    walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
+    every pod of the cluster: kube-scheduler walks them all, in parallel."""
+
+    __slots__ = ("_nodes", "_reference", "_sums")
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[int, list[Entry]]] = {}
+        self._sums: dict[tuple[str, str], list[int]] = {}
+        """(topologyKey, value) -> [summed weight, entries counted]."""
+        self._reference: dict[str, str | None] = {}
+        """Label key read by an existing pod's term -> the value (None: absent) every kept entry was made for."""
+
+    def update(
+        self,
+        nodes: Sequence[NodeInfo],
+        labels: Mapping[str, str],
+        entries_of: Callable[[NodeInfo, set[str]], list[Entry]],
+    ) -> PreScoreState | None:
+        if any(labels.get(key) != value for key, value in self._reference.items()):
+            self._nodes.clear()
+            self._sums.clear()
+            self._reference.clear()
+        seen = 0
+        for node in nodes:
+            seen += 1
+            kept = self._nodes.get(node.name)
+            if kept is not None and kept[0] == node.generation:
                 continue
-            theirs = cache.get(existing)
-            if hard_pod_affinity_weight > 0:
-                for term in theirs.required_affinity:
-                    if term.matches_pod(pod, incoming_ns_labels):
-                        contributed |= _add(scores, labels, term.topology_key, hard_pod_affinity_weight)
-            for weighted in theirs.preferred_affinity:
-                if weighted.term.matches_pod(pod, incoming_ns_labels):
-                    contributed |= _add(scores, labels, weighted.term.topology_key, weighted.weight)
-            for weighted in theirs.preferred_anti_affinity:
-                if weighted.term.matches_pod(pod, incoming_ns_labels):
-                    contributed |= _add(scores, labels, weighted.term.topology_key, -weighted.weight)
-    return PreScoreState(scores) if contributed else None
+            read: set[str] = set()
+            entries = entries_of(node, read)
+            for key in read:
+                # No kept entry read this key (else it is in the reference already, with this pod's value).
+                self._reference.setdefault(key, labels.get(key))
+            if kept is not None:
+                self._count(kept[1], -1)
+            self._count(entries, 1)
+            self._nodes[node.name] = (node.generation, entries)
+        if seen != len(self._nodes):  # nodes left (deleted, or no longer holding pods with terms)
+            present = {node.name for node in nodes}
+            for name in [n for n in self._nodes if n not in present]:
+                self._count(self._nodes.pop(name)[1], -1)
+        if not self._sums:
+            return None
+        scores: dict[str, dict[str, int]] = {}
+        for (key, value), (total, _) in self._sums.items():
+            scores.setdefault(key, {})[value] = total
+        return PreScoreState(scores)
+
+    def _count(self, entries: list[Entry], sign: int) -> None:
+        for key, value, weight in entries:
+            pair = (key, value)
+            counted = self._sums.get(pair)
+            if counted is None:
+                counted = self._sums[pair] = [0, 0]
+            counted[0] += sign * weight
+            counted[1] += sign
+            if counted[1] == 0:
+                del self._sums[pair]
 
 
 def score_node(state: PreScoreState, node: NodeInfo) -> int:

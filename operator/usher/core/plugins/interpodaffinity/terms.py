@@ -86,6 +86,22 @@ class PodTerms:
     def has_preferred(self) -> bool:
         return bool(self.preferred_affinity or self.preferred_anti_affinity)
 
+    @property
+    def selector_keys(self) -> frozenset[str]:
+        """The label keys any of these terms' selectors read from a pod."""
+        keys: set[str] = set()
+        every = (
+            *self.required_affinity,
+            *self.required_anti_affinity,
+            *(w.term for w in self.preferred_affinity),
+            *(w.term for w in self.preferred_anti_affinity),
+        )
+        for term in every:
+            selector = term.selector or {}
+            keys.update(selector.get("matchLabels") or {})
+            keys.update(str(e.get("key")) for e in selector.get("matchExpressions") or [])
+        return frozenset(keys)
+
 
 NO_TERMS = PodTerms()
 
