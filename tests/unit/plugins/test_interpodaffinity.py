@@ -27,6 +27,7 @@ from usher.core.plugins.interpodaffinity import (
     InterPodAffinityArgs,
     parse_args,
 )
+from usher.core.plugins.interpodaffinity.filtering import compute_state
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
 from usher.core.plugins.interpodaffinity.scoring import topology_scores
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
@@ -786,17 +787,19 @@ def _random_pod(rnd: random.Random, name: str, node_name: str = "") -> dict[str,
         kwargs["preferred"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
     if rnd.random() < 0.3:
         kwargs["preferred_anti"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
-    if rnd.random() < 0.2:
+    if rnd.random() < 0.3:
         kwargs["affinity"] = [term(rnd.choice(keys), color=rnd.choice(colours))]
+    if rnd.random() < 0.2:
+        kwargs["anti"] = [term(rnd.choice(keys), color=rnd.choice(colours))]
     namespace = rnd.choice(["default", "other"])
     return pod(name, node=node_name, namespace=namespace, labels={"color": rnd.choice(colours)}, **kwargs)
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_score_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(seed: int) -> None:
+def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(seed: int) -> None:
     """Pods, nodes and node labels come and go between cycles; incoming pods of a few kinds repeat, each with
-    labels of its own. The sums PreScore keeps per node (``NodeShares``) must equal a walk of every pod, cycle
-    after cycle."""
+    labels of its own. The counts PreFilter and the sums PreScore keep per node (``NodeShares``) must equal a
+    walk of every pod, cycle after cycle."""
     rnd = random.Random(seed)
     cache = Cache()
     plugin = interpodaffinity.new({}, FakeHandle(namespaces={"default": {}, "other": {"team": "b"}}))
@@ -828,6 +831,16 @@ def test_score_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_ch
         nodes = cache.node_infos()
         state = CycleState()
         plugin.pre_filter(state, incoming, nodes)
+        counted = compute_state(
+            incoming, pod_terms(incoming), nodes, TermsCache(), NamespaceLabelsCache(plugin._handle.namespace_labels)
+        )
+        kept_counts = state.get(interpodaffinity.PRE_FILTER_STATE_KEY)
+        if counted.has_work:
+            assert kept_counts.affinity_counts == counted.affinity_counts, f"step {step}"
+            assert kept_counts.anti_affinity_counts == counted.anti_affinity_counts, f"step {step}"
+            assert kept_counts.existing_anti_affinity_counts == counted.existing_anti_affinity_counts
+        else:
+            assert kept_counts is None, f"step {step}"
         status = plugin.pre_score(state, incoming, nodes)
         fresh = topology_scores(
             incoming,

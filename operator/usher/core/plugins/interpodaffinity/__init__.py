@@ -44,16 +44,17 @@ from usher.core.plugins.interpodaffinity.filtering import (
     compute_state,
     filter_node,
 )
+from usher.core.plugins.interpodaffinity.filtering import signature as filter_signature
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
 from usher.core.plugins.interpodaffinity.scoring import (
-    NodeShares,
     PreScoreState,
     normalize,
     score_node,
-    signature,
     topology_scores,
 )
-from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, PodTerms, TermsCache, pod_terms
+from usher.core.plugins.interpodaffinity.scoring import signature as score_signature
+from usher.core.plugins.interpodaffinity.shares import NodeShares
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 
@@ -125,7 +126,8 @@ class InterPodAffinity:
         self._handle = handle
         self._terms = TermsCache()
         self._shares: dict[Hashable, NodeShares] = {}
-        """Per-node score shares of recent kinds of incoming pods (``scoring.signature``), most recent last."""
+        """Per-node shares of recent kinds of incoming pods (``scoring.signature``, ``filtering.signature``),
+        most recently used last."""
 
     # -- filtering -------------------------------------------------------------
 
@@ -138,7 +140,9 @@ class InterPodAffinity:
         except SelectorError as exc:
             return None, unschedulable(f"parsing pod: {exc}", resolvable=False)
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
-        computed = compute_state(pod, terms, nodes, self._terms, namespace_labels)
+        key = filter_signature(pod, terms)
+        shares = None if key is None else (self._shares_for((key, "affinity")), self._shares_for((key, "anti")))
+        computed = compute_state(pod, terms, nodes, self._terms, namespace_labels, shares)
         if not computed.has_work:
             return None, Status(Code.SKIP)
         state.write(PRE_FILTER_STATE_KEY, computed)
@@ -175,7 +179,8 @@ class InterPodAffinity:
         all_nodes = state.get(ALL_NODES_KEY)
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
         # Sums kept across cycles need the same nodes every time: all of them, as PreFilter saw them.
-        shares = self._shares_for(pod, terms, namespace_labels) if all_nodes is not None else None
+        key = score_signature(pod, terms, namespace_labels(pod.namespace) or {}) if all_nodes is not None else None
+        shares = self._shares_for(key) if key is not None else None
         computed = topology_scores(
             pod,
             terms,
@@ -190,10 +195,8 @@ class InterPodAffinity:
         state.write(PRE_SCORE_STATE_KEY, computed)
         return SUCCESS
 
-    def _shares_for(self, pod: PodInfo, terms: PodTerms, namespace_labels: NamespaceLabelsCache) -> NodeShares | None:
-        key = signature(pod, terms, namespace_labels(pod.namespace) or {})
-        if key is None:
-            return None
+    def _shares_for(self, key: Hashable) -> NodeShares:
+        """The kept per-node shares of the pods with signature ``key`` (new ones for a new signature)."""
         shares = self._shares.pop(key, None)
         if shares is None:
             shares = NodeShares()

@@ -23,17 +23,19 @@ kube-scheduler's order and with its reasons and codes:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from usher.core.cache import nodes_with_required_anti_affinity_pods
+from usher.core.plugins.interpodaffinity.shares import Entry, NodeShares
 from usher.core.plugins.interpodaffinity.terms import (
     AffinityTerm,
     NamespaceLabelsOf,
     PodTerms,
     TermsCache,
     matches_all,
+    terms_signature,
 )
 from usher.core.types import SUCCESS, PodInfo, Status, unschedulable
 
@@ -178,11 +180,32 @@ def compute_state(
     nodes: Sequence[NodeInfo],
     cache: TermsCache,
     ns_labels_of: NamespaceLabelsOf,
+    shares: tuple[NodeShares, NodeShares] | None = None,
 ) -> PreFilterState:
-    """Everything Filter needs, in one walk over the cluster's pods (O(total pods))."""
+    """Everything Filter needs, in one walk over the cluster's pods (O(total pods)).
+
+    ``shares`` (affinity, anti-affinity): each node's counts for pods with these required terms, kept from
+    earlier cycles (``signature``); only nodes whose generation moved are walked again."""
     pod_ns_labels = ns_labels_of(pod.namespace) or {}
     existing = existing_anti_affinity_counts(pod, nodes, cache, pod_ns_labels)
-    affinity, anti = incoming_counts(terms.required_affinity, terms.required_anti_affinity, nodes, ns_labels_of)
+    required, required_anti = terms.required_affinity, terms.required_anti_affinity
+    if shares is None or not (required or required_anti):
+        affinity, anti = incoming_counts(required, required_anti, nodes, ns_labels_of)
+    else:
+        kept_affinity, kept_anti = shares
+
+        def affinity_entries(node: NodeInfo, _: set[str]) -> list[Entry]:
+            counts, _anti = incoming_counts(required, (), [node], ns_labels_of)
+            return [(key, value, n) for (key, value), n in counts.items()]
+
+        def anti_entries(node: NodeInfo, _: set[str]) -> list[Entry]:
+            _affinity, counts = incoming_counts((), required_anti, [node], ns_labels_of)
+            return [(key, value, n) for (key, value), n in counts.items()]
+
+        # The incoming pod's own labels play no part in these counts (only its terms, in the signature).
+        kept_affinity.refresh(nodes, {}, affinity_entries)
+        kept_anti.refresh(nodes, {}, anti_entries)
+        affinity, anti = kept_affinity.by_pair(), kept_anti.by_pair()
     return PreFilterState(
         terms=terms,
         affinity_counts=affinity,
@@ -191,6 +214,16 @@ def compute_state(
         existing_anti_affinity_keys=frozenset(key for key, _ in existing),
         matches_own_affinity=matches_all(terms.required_affinity, pod, ns_labels_of),
     )
+
+
+def signature(pod: PodInfo, terms: PodTerms) -> Hashable | None:
+    """What the incoming pod's required-term counts depend on besides the nodes: pods with equal signatures
+    share their ``NodeShares`` (None: not kept, see ``terms_signature``)."""
+    affinity = terms_signature(terms.required_affinity)
+    anti = terms_signature(terms.required_anti_affinity)
+    if affinity is None or anti is None:
+        return None
+    return ("filter", pod.namespace, affinity, anti)
 
 
 def satisfies_affinity(state: PreFilterState, labels: Mapping[str, str]) -> bool:

@@ -20,14 +20,14 @@ NormalizeScore maps [min, max] over the scored nodes onto [0, 100]
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from usher.core.cache import nodes_with_affinity_pods
 from usher.core.framework.interface import MAX_NODE_SCORE
-from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache
+from usher.core.plugins.interpodaffinity.shares import Entry, NodeShares
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache, terms_signature
 from usher.core.types import NodeName, PodInfo
 
 if TYPE_CHECKING:
@@ -40,10 +40,6 @@ class PreScoreState:
 
     topology_score: dict[str, dict[str, int]] = field(default_factory=dict)
     """topologyKey -> value -> summed weight."""
-
-
-Entry = tuple[str, str, int]
-"""(topologyKey, value, weight): one term of one existing pod counted for its node's domain."""
 
 
 def topology_scores(
@@ -69,7 +65,9 @@ def topology_scores(
     # Without preferred terms of its own, only nodes holding pods with terms can add anything.
     visited = nodes if has_constraints else list(nodes_with_affinity_pods(nodes))
     if shares is not None:
-        return shares.update(visited, pod.labels, entries_of)
+        shares.refresh(visited, pod.labels, entries_of)
+        sums = shares.by_key()
+        return PreScoreState(sums) if sums else None
     scores: dict[str, dict[str, int]] = {}
     contributed = False
     for node in visited:
@@ -136,87 +134,15 @@ def _node_entries(
 
 def signature(pod: PodInfo, terms: PodTerms, pod_ns_labels: Mapping[str, str]) -> Hashable | None:
     """What ``topology_scores`` depends on besides the nodes and the pod's labels: pods with equal signatures
-    share ``NodeShares`` (which handles the labels, see there).
-
-    None when one of the pod's preferred terms selects namespaces by their labels: other namespaces' labels
-    may change without any node changing, so such a pod's sums are walked afresh."""
-    parts: list[object] = [pod.namespace, tuple(sorted(pod_ns_labels.items()))]
-    for sign, group in ((1, terms.preferred_affinity), (-1, terms.preferred_anti_affinity)):
-        for weighted in group:
-            term = weighted.term
-            if term.namespace_selector is not None and not term.all_namespaces:
-                return None
-            selector = json.dumps(term.selector, sort_keys=True)  # matchLabelKeys merged: the pod's values
-            parts.append((sign * weighted.weight, selector, tuple(sorted(term.namespaces)), term.all_namespaces))
-            parts.append(term.topology_key)
-    return tuple(parts)
-
-
-class NodeShares:
-    """For pods that ask alike (``signature``): what each node added to the per-domain sums, with the node's
-    generation, and the running sums.
-
-    Existing pods' terms also match the incoming pod's labels, and scheduler_perf gives every pod a label of
-    its own ("signature"): so the shares hold for pods whose labels agree on the keys those terms read
-    (``_reference``); a pod that differs there starts them afresh. A burst of pods from one template then
-    walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
-    every pod of the cluster: kube-scheduler walks them all, in parallel."""
-
-    __slots__ = ("_nodes", "_reference", "_sums")
-
-    def __init__(self) -> None:
-        self._nodes: dict[str, tuple[int, list[Entry]]] = {}
-        self._sums: dict[tuple[str, str], list[int]] = {}
-        """(topologyKey, value) -> [summed weight, entries counted]."""
-        self._reference: dict[str, str | None] = {}
-        """Label key read by an existing pod's term -> the value (None: absent) every kept entry was made for."""
-
-    def update(
-        self,
-        nodes: Sequence[NodeInfo],
-        labels: Mapping[str, str],
-        entries_of: Callable[[NodeInfo, set[str]], list[Entry]],
-    ) -> PreScoreState | None:
-        if any(labels.get(key) != value for key, value in self._reference.items()):
-            self._nodes.clear()
-            self._sums.clear()
-            self._reference.clear()
-        seen = 0
-        for node in nodes:
-            seen += 1
-            kept = self._nodes.get(node.name)
-            if kept is not None and kept[0] == node.generation:
-                continue
-            read: set[str] = set()
-            entries = entries_of(node, read)
-            for key in read:
-                # No kept entry read this key (else it is in the reference already, with this pod's value).
-                self._reference.setdefault(key, labels.get(key))
-            if kept is not None:
-                self._count(kept[1], -1)
-            self._count(entries, 1)
-            self._nodes[node.name] = (node.generation, entries)
-        if seen != len(self._nodes):  # nodes left (deleted, or no longer holding pods with terms)
-            present = {node.name for node in nodes}
-            for name in [n for n in self._nodes if n not in present]:
-                self._count(self._nodes.pop(name)[1], -1)
-        if not self._sums:
-            return None
-        scores: dict[str, dict[str, int]] = {}
-        for (key, value), (total, _) in self._sums.items():
-            scores.setdefault(key, {})[value] = total
-        return PreScoreState(scores)
-
-    def _count(self, entries: list[Entry], sign: int) -> None:
-        for key, value, weight in entries:
-            pair = (key, value)
-            counted = self._sums.get(pair)
-            if counted is None:
-                counted = self._sums[pair] = [0, 0]
-            counted[0] += sign * weight
-            counted[1] += sign
-            if counted[1] == 0:
-                del self._sums[pair]
+    share ``NodeShares`` (which handles the labels, see there). None when one of the pod's preferred terms
+    selects namespaces by their labels (see ``terms_signature``)."""
+    preferred = terms_signature(
+        (*(w.term for w in terms.preferred_affinity), *(w.term for w in terms.preferred_anti_affinity))
+    )
+    if preferred is None:
+        return None
+    weights = tuple(w.weight for w in terms.preferred_affinity), tuple(w.weight for w in terms.preferred_anti_affinity)
+    return ("score", pod.namespace, tuple(sorted(pod_ns_labels.items())), weights, preferred)
 
 
 def score_node(state: PreScoreState, node: NodeInfo) -> int:

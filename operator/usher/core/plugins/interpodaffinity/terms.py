@@ -17,7 +17,8 @@ errs towards Queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +105,19 @@ class PodTerms:
 
 
 NO_TERMS = PodTerms()
+
+
+def terms_signature(terms: Sequence[AffinityTerm]) -> Hashable | None:
+    """The terms as a value: equal for terms that select the same pods in the same domains (matchLabelKeys are
+    merged into the selectors already). None when a term selects namespaces by their labels: those may change
+    without any node changing, so nothing derived from such terms may be kept across cycles."""
+    parts: list[Hashable] = []
+    for term in terms:
+        if term.namespace_selector is not None and not term.all_namespaces:
+            return None
+        selector = json.dumps(term.selector, sort_keys=True)
+        parts.append((selector, tuple(sorted(term.namespaces)), term.all_namespaces, term.topology_key))
+    return tuple(parts)
 
 
 def matches_all(terms: tuple[AffinityTerm, ...], pod: PodInfo, ns_labels_of: NamespaceLabelsOf | None) -> bool:
