@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,8 @@ from usher.core.plugins.podtopologyspread import (
     new,
     parse_args,
 )
-from usher.core.types import Code, NodeName, PodInfo, QueueingHint, Status
+from usher.core.plugins.podtopologyspread.filtering import compute_pre_filter_state
+from usher.core.types import Code, NodeName, PodInfo, PodKey, QueueingHint, Status
 
 HOST = "kubernetes.io/hostname"
 ZONE = "zone"
@@ -763,3 +766,58 @@ def test_pre_score_without_pre_filter_counts_the_feasible_nodes_only() -> None:
     result = {n.name: plugin.score(state, info, n)[0] for n in nodes}
     assert plugin.normalize_scores(state, info, result).ok
     assert result == {"a": 0, "b": 100}
+
+
+# -- counts kept across cycles ----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_prefilter_counts_kept_across_cycles_equal_a_fresh_count_while_the_cluster_changes(seed: int) -> None:
+    """Pods (some terminating, some in another namespace), nodes, node labels and taints come and go between
+    cycles; incoming pods of a few kinds (constraints, inclusion policies, tolerations) repeat, each with
+    labels of its own. The counts PreFilter keeps per node must equal a fresh count, cycle after cycle."""
+    rnd = random.Random(seed)
+    cache = Cache()
+    plugin = new({}, FakeHandle())
+    names = [f"n{i}" for i in range(6)]
+
+    def random_node(name: str) -> Any:
+        taints = [NO_SCHEDULE] if rnd.random() < 0.3 else []
+        return node(name, zone=rnd.choice(["a", "b", None]), taints=taints, tier=rnd.choice(["x", "y"]))
+
+    for name in names[:4]:
+        cache.add_or_update_node(random_node(name))
+    kinds = [
+        pod("k0", spread=[hard(1, ZONE)]),
+        pod("k1", spread=[hard(1, HOST, BAR), hard(2, ZONE)], nodeSelector={"tier": "x"}),
+        pod("k2", spread=[hard(1, ZONE, nodeTaintsPolicy="Honor")], tolerations=[]),
+    ]
+    placed: list[str] = []
+    for step in range(60):
+        action = rnd.random()
+        present = [n.name for n in cache.node_infos()]
+        if action < 0.45 and present:
+            labels = {k: "" for k in ("foo", "bar") if rnd.random() < 0.6}
+            namespace = rnd.choice(["default", "default", "other"])
+            raw = pod(f"p{step}", on=rnd.choice(present), labels=labels, namespace=namespace,
+                      terminating=rnd.random() < 0.1, uid=f"u{step}")  # fmt: skip
+            cache.add_or_update_pod(PodInfo.from_api(raw))
+            placed.append(f"{namespace}/p{step}")
+        elif action < 0.65 and placed:
+            cache.remove_pod(PodKey(placed.pop(rnd.randrange(len(placed)))))
+        elif action < 0.8:
+            cache.add_or_update_node(random_node(rnd.choice(names)))  # added, or relabelled / retainted
+        elif action < 0.9 and present:
+            cache.remove_node(rnd.choice(present))
+        raw_incoming = copy.deepcopy(rnd.choice(kinds))
+        raw_incoming["metadata"]["name"] = f"in{step}"
+        raw_incoming["metadata"]["labels"] = {"signature": f"s{step}", "foo": ""}
+        incoming = PodInfo.from_api(raw_incoming)
+        nodes = cache.node_infos()
+        state = CycleState()
+        _, status = plugin.pre_filter(state, incoming, nodes)
+        assert status.ok, status
+        constraints = plugin.source.for_pod(incoming, "DoNotSchedule")
+        fresh = compute_pre_filter_state(incoming, constraints, nodes)
+        kept = state.get("PreFilterPodTopologySpread")
+        assert kept.counts == fresh.counts and kept.min_match == fresh.min_match, f"step {step}"

@@ -18,7 +18,7 @@ skips itself when neither side has anything to enforce.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +53,8 @@ from usher.core.plugins.interpodaffinity.scoring import (
     topology_scores,
 )
 from usher.core.plugins.interpodaffinity.scoring import signature as score_signature
-from usher.core.plugins.interpodaffinity.shares import NodeShares
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
+from usher.core.plugins.nodeshares import SharesByKind
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 
@@ -66,8 +66,6 @@ NAME = INTER_POD_AFFINITY
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
 PRE_SCORE_STATE_KEY = "PreScore" + NAME
 ALL_NODES_KEY = NAME + "/allNodes"
-MAX_SHARES = 16
-"""Kinds of incoming pods whose per-node score shares are kept (a few templates burst at a time)."""
 """PreFilter's view of every node, kept for PreScore (which is handed only the feasible ones)."""
 
 DEFAULT_HARD_POD_AFFINITY_WEIGHT = 1
@@ -125,9 +123,8 @@ class InterPodAffinity:
         self.args = args
         self._handle = handle
         self._terms = TermsCache()
-        self._shares: dict[Hashable, NodeShares] = {}
-        """Per-node shares of recent kinds of incoming pods (``scoring.signature``, ``filtering.signature``),
-        most recently used last."""
+        self._shares_for = SharesByKind()
+        """Per-node shares of recent kinds of incoming pods (``scoring.signature``, ``filtering.signature``)."""
 
     # -- filtering -------------------------------------------------------------
 
@@ -194,16 +191,6 @@ class InterPodAffinity:
             return Status(Code.SKIP)
         state.write(PRE_SCORE_STATE_KEY, computed)
         return SUCCESS
-
-    def _shares_for(self, key: Hashable) -> NodeShares:
-        """The kept per-node shares of the pods with signature ``key`` (new ones for a new signature)."""
-        shares = self._shares.pop(key, None)
-        if shares is None:
-            shares = NodeShares()
-            if len(self._shares) >= MAX_SHARES:
-                del self._shares[next(iter(self._shares))]  # the least recently used
-        self._shares[key] = shares
-        return shares
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
         computed = state.get(PRE_SCORE_STATE_KEY)

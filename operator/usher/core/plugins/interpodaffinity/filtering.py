@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from usher.core.cache import nodes_with_required_anti_affinity_pods
-from usher.core.plugins.interpodaffinity.shares import Entry, NodeShares
 from usher.core.plugins.interpodaffinity.terms import (
     AffinityTerm,
     NamespaceLabelsOf,
@@ -37,6 +36,7 @@ from usher.core.plugins.interpodaffinity.terms import (
     matches_all,
     terms_signature,
 )
+from usher.core.plugins.nodeshares import Entry, NodeShares
 from usher.core.types import SUCCESS, PodInfo, Status, unschedulable
 
 if TYPE_CHECKING:

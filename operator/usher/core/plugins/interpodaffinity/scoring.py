@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from usher.core.cache import nodes_with_affinity_pods
 from usher.core.framework.interface import MAX_NODE_SCORE
-from usher.core.plugins.interpodaffinity.shares import Entry, NodeShares
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache, terms_signature
+from usher.core.plugins.nodeshares import Entry, NodeShares
 from usher.core.types import NodeName, PodInfo
 
 if TYPE_CHECKING:

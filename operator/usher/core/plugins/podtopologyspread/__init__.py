@@ -46,6 +46,7 @@ from usher.core.framework.interface import (
 )
 from usher.core.framework.names import POD_TOPOLOGY_SPREAD
 from usher.core.hints import ClusterEventWithHint
+from usher.core.plugins.nodeshares import SharesByKind
 from usher.core.plugins.podtopologyspread.args import (
     LIST_DEFAULTING,
     SYSTEM_DEFAULTING,
@@ -69,6 +70,7 @@ from usher.core.plugins.podtopologyspread.filtering import (
     compute_pre_filter_state,
     filter_node,
 )
+from usher.core.plugins.podtopologyspread.filtering import signature as filter_signature
 from usher.core.plugins.podtopologyspread.scoring import (
     PreScoreState,
     compute_pre_score_state,
@@ -111,6 +113,8 @@ class PodTopologySpread:
         system = self.args.defaulting_type == SYSTEM_DEFAULTING
         defaults = SYSTEM_DEFAULT_CONSTRAINTS if system else self.args.default_constraints
         self.source = ConstraintSource(defaults, system_defaulted=system, services=services)
+        self._shares_for = SharesByKind()
+        """Per-node PreFilter counts of recent kinds of incoming pods (``filtering.signature``)."""
 
     # -- PreFilter / Filter ---------------------------------------------------
 
@@ -124,7 +128,8 @@ class PodTopologySpread:
             return None, error(f"get constraints from pod: {exc}")
         if not constraints:
             return None, SKIP
-        state.write(PRE_FILTER_STATE_KEY, compute_pre_filter_state(pod, constraints, nodes))
+        shares = self._shares_for(filter_signature(pod, constraints))
+        state.write(PRE_FILTER_STATE_KEY, compute_pre_filter_state(pod, constraints, nodes, shares))
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:

@@ -16,10 +16,12 @@ domains than ``minDomains`` are eligible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from usher.core.plugins.nodeshares import Entry, NodeShares
 from usher.core.plugins.podtopologyspread.constraints import (
     Constraint,
     Inclusion,
@@ -68,35 +70,65 @@ class PreFilterState:
         return self.min_match[index]
 
 
-def compute_pre_filter_state(pod: PodInfo, constraints: list[Constraint], nodes: Sequence[NodeInfo]) -> PreFilterState:
-    counts: list[dict[str, int]] = [{} for _ in constraints]
+def compute_pre_filter_state(
+    pod: PodInfo, constraints: list[Constraint], nodes: Sequence[NodeInfo], shares: NodeShares | None = None
+) -> PreFilterState:
+    """``shares``: each node's counts for pods with this ``signature``, kept from earlier cycles; only nodes
+    whose generation moved are counted again."""
     inclusion = Inclusion(pod, constraints)
-    counting = [c.counts_pods for c in constraints]
-    namespace = pod.namespace
-    for node in nodes:
-        if not node.exists:
-            continue
-        labels = node.labels
-        if not has_all_topology_keys(labels, constraints):
-            continue
-        affinity_ok, taints_ok = inclusion.for_node(node)
-        active = [i for i, c in enumerate(constraints) if included(c, affinity_ok, taints_ok)]
-        if not active:
-            continue
-        matched = dict.fromkeys(active, 0)
-        wanted = [i for i in active if counting[i]]
-        if wanted:
-            for other in node.pods.values():
-                if other.deleting or other.namespace != namespace:
-                    continue
-                for i in wanted:
-                    if constraints[i].matches(other.labels):
-                        matched[i] += 1
-        for i, count in matched.items():
-            value = labels[constraints[i].topology_key]
-            counts[i][value] = counts[i].get(value, 0) + count
+    if shares is None:
+        counts: list[dict[str, int]] = [{} for _ in constraints]
+        for node in nodes:
+            for index, value, count in _node_counts(pod, constraints, inclusion, node):
+                domain = counts[int(index)]
+                domain[value] = domain.get(value, 0) + count
+    else:
+        shares.refresh(nodes, {}, lambda node, _: _node_counts(pod, constraints, inclusion, node))
+        by_constraint = shares.by_key()
+        counts = [by_constraint.get(str(i), {}) for i in range(len(constraints))]
     min_match = [min(domain.values(), default=_NO_DOMAIN) for domain in counts]
     return PreFilterState(constraints, counts, min_match)
+
+
+def _node_counts(pod: PodInfo, constraints: list[Constraint], inclusion: Inclusion, node: NodeInfo) -> list[Entry]:
+    """(constraint index, the node's domain, matching pods on the node) for each constraint the node counts
+    for (with 0 matches too: the domain is eligible)."""
+    if not node.exists:
+        return []
+    labels = node.labels
+    if not has_all_topology_keys(labels, constraints):
+        return []
+    affinity_ok, taints_ok = inclusion.for_node(node)
+    active = [i for i, c in enumerate(constraints) if included(c, affinity_ok, taints_ok)]
+    if not active:
+        return []
+    matched = dict.fromkeys(active, 0)
+    wanted = [i for i in active if constraints[i].counts_pods]
+    if wanted:
+        namespace = pod.namespace
+        for other in node.pods.values():
+            if other.deleting or other.namespace != namespace:
+                continue
+            for i in wanted:
+                if constraints[i].matches(other.labels):
+                    matched[i] += 1
+    return [(str(i), labels[constraints[i].topology_key], count) for i, count in matched.items()]
+
+
+def signature(pod: PodInfo, constraints: Sequence[Constraint]) -> Hashable:
+    """What the counts depend on besides the nodes: the namespace, the constraints (matchLabelKeys merged
+    into their selectors) and, for the inclusion policies, the pod's required node affinity and tolerations.
+    The pod's own labels play no part."""
+    spec = pod.raw.get("spec") or {}
+    node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    inclusion = json.dumps([spec.get("nodeSelector"), node_affinity, spec.get("tolerations")], sort_keys=True)
+    parts = tuple(
+        (c.topology_key, json.dumps(c.selector, sort_keys=True), c.node_affinity_policy, c.node_taints_policy)
+        for c in constraints
+    )
+    return (pod.namespace, parts, inclusion)
 
 
 def filter_node(state: PreFilterState, pod: PodInfo, node: NodeInfo) -> Status:

@@ -1,15 +1,17 @@
 """NodeShares: what each node's pods add to per-topology-domain sums, kept across cycles. Pure.
 
-InterPodAffinity's PreFilter counts and PreScore sums are, per incoming pod, a
-walk of every existing pod of the cluster. For pods that ask alike (the
-caller's signature) each node's part only changes when the node does, and
-``NodeInfo.generation`` says when: so a burst of pods from one template walks
-only the nodes changed since the previous pod's cycle.
+InterPodAffinity's PreFilter counts and PreScore sums, and PodTopologySpread's
+PreFilter counts, are, per incoming pod, a walk of every existing pod of the
+cluster (kube-scheduler walks them on 16 goroutines; usher has one thread).
+For pods that ask alike (the plugin's signature of the pod) each node's part
+only changes when the node does, and ``NodeInfo.generation`` says when: so a
+burst of pods from one template walks only the nodes changed since the
+previous pod's cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +19,32 @@ if TYPE_CHECKING:
 
 Entry = tuple[str, str, int]
 """(topologyKey, value, weight): one term of one existing pod counted for its node's domain."""
+
+MAX_KINDS = 16
+"""Kinds of incoming pods whose shares a plugin keeps (a few templates burst at a time)."""
+
+
+class SharesByKind:
+    """A plugin's ``NodeShares`` per signature of incoming pods, the least recently used dropped first."""
+
+    __slots__ = ("_kinds", "_limit")
+
+    def __init__(self, limit: int = MAX_KINDS) -> None:
+        self._kinds: dict[Hashable, NodeShares] = {}
+        self._limit = limit
+
+    def __call__(self, signature: Hashable) -> NodeShares:
+        """The shares of pods with ``signature`` (new, empty ones for a signature not seen lately)."""
+        shares = self._kinds.pop(signature, None)
+        if shares is None:
+            shares = NodeShares()
+            if len(self._kinds) >= self._limit:
+                del self._kinds[next(iter(self._kinds))]
+        self._kinds[signature] = shares
+        return shares
+
+    def __len__(self) -> int:
+        return len(self._kinds)
 
 
 class NodeShares:
