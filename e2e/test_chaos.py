@@ -108,6 +108,15 @@ def nodes_with_devices(kwok_nodes: Callable[..., str], driver: Driver, count: in
     return nodes
 
 
+def usher_through(proxy: faultproxy.FaultProxy, control_plane: Cluster, test_id: str, tmp_path: Path) -> UsherProcess:
+    """usher (not started yet) talking to the API server through the fault proxy."""
+    return UsherProcess(
+        kubeconfig=proxy.kubeconfig(tmp_path / "usher.kubeconfig"),
+        scheduler_name=f"usher-{test_id}"[:63].rstrip("-"),
+        log_path=control_plane.logs_dir / f"usher-{test_id}.log",
+    )
+
+
 def healthy(scheduler: UsherProcess) -> None:
     assert scheduler.process is not None and scheduler.process.poll() is None, "usher is still the same process"
     assert scheduler.get("/healthz")[0] == 200
@@ -174,11 +183,7 @@ def test_one_api_call_in_ten_failing_with_503_or_429_loses_and_doubles_nothing(
     claim_status = r"^/apis/resource\.k8s\.io/v1/namespaces/[^/]+/resourceclaims/[^/]+/status$"
     certain = [faultproxy.Fault("POST", binding, 503, times=3), faultproxy.Fault("PUT", claim_status, 429, times=3)]
     with faultproxy.running(control_plane, certain, chaos=chaos) as proxy:
-        scheduler = UsherProcess(
-            kubeconfig=proxy.kubeconfig(tmp_path / "usher.kubeconfig"),
-            scheduler_name=f"usher-{test_id}"[:63].rstrip("-"),
-            log_path=control_plane.logs_dir / f"usher-{test_id}.log",
-        )
+        scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
         with scheduler:
             scheduler.start()
             burst = Burst(core_api, namespace, scheduler.scheduler_name, driver, total)
@@ -211,11 +216,7 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
     binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
     lost = faultproxy.Fault("POST", binding, 503, times=total, forward=True)
     with faultproxy.running(control_plane, [lost]) as proxy:
-        scheduler = UsherProcess(
-            kubeconfig=proxy.kubeconfig(tmp_path / "usher.kubeconfig"),
-            scheduler_name=f"usher-{test_id}"[:63].rstrip("-"),
-            log_path=control_plane.logs_dir / f"usher-{test_id}.log",
-        )
+        scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
         with scheduler:
             scheduler.start()
             burst = Burst(core_api, namespace, scheduler.scheduler_name, driver, total)

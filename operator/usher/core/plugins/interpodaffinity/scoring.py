@@ -108,12 +108,10 @@ def _node_entries(
 
     for existing in node.pods.values():
         if has_constraints:
-            for weighted in terms.preferred_affinity:
-                if weighted.term.matches_pod(existing, ns_labels_of):
-                    add(weighted.term.topology_key, weighted.weight)
-            for weighted in terms.preferred_anti_affinity:
-                if weighted.term.matches_pod(existing, ns_labels_of):
-                    add(weighted.term.topology_key, -weighted.weight)
+            for sign, group in ((1, terms.preferred_affinity), (-1, terms.preferred_anti_affinity)):
+                for weighted in group:
+                    if weighted.term.matches_pod(existing, ns_labels_of):
+                        add(weighted.term.topology_key, sign * weighted.weight)
         if not existing.has_pod_affinity:
             continue
         theirs = cache.get(existing)
@@ -123,12 +121,10 @@ def _node_entries(
             for term in theirs.required_affinity:
                 if term.matches_pod(pod, incoming_ns_labels):
                     add(term.topology_key, hard_pod_affinity_weight)
-        for weighted in theirs.preferred_affinity:
-            if weighted.term.matches_pod(pod, incoming_ns_labels):
-                add(weighted.term.topology_key, weighted.weight)
-        for weighted in theirs.preferred_anti_affinity:
-            if weighted.term.matches_pod(pod, incoming_ns_labels):
-                add(weighted.term.topology_key, -weighted.weight)
+        for sign, group in ((1, theirs.preferred_affinity), (-1, theirs.preferred_anti_affinity)):
+            for weighted in group:
+                if weighted.term.matches_pod(pod, incoming_ns_labels):
+                    add(weighted.term.topology_key, sign * weighted.weight)
     return entries
 
 
