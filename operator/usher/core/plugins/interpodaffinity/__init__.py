@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
@@ -53,7 +54,7 @@ from usher.core.plugins.interpodaffinity.scoring import (
     topology_scores,
 )
 from usher.core.plugins.interpodaffinity.scoring import signature as score_signature
-from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache, pod_terms
+from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache
 from usher.core.plugins.nodeshares import SharesByKind
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
@@ -123,6 +124,8 @@ class InterPodAffinity:
         self.args = args
         self._handle = handle
         self._terms = TermsCache()
+        self._incoming_terms = TermsCache(strict=True)
+        """The terms of pods being scheduled or waiting: every cycle and every hint reads them."""
         self._shares_for = SharesByKind()
         """Per-node shares of recent kinds of incoming pods (``scoring.signature``, ``filtering.signature``)."""
 
@@ -133,7 +136,7 @@ class InterPodAffinity:
     ) -> tuple[PreFilterResult | None, Status]:
         state.write(ALL_NODES_KEY, nodes)
         try:
-            terms = pod_terms(pod)
+            terms = self._incoming_terms.get(pod)
         except SelectorError as exc:
             return None, unschedulable(f"parsing pod: {exc}", resolvable=False)
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
@@ -168,7 +171,7 @@ class InterPodAffinity:
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
         try:
-            terms = pod_terms(pod)
+            terms = self._incoming_terms.get(pod)
         except SelectorError as exc:
             return error(f"failed to parse pod: {exc}")
         if self.args.ignore_preferred_terms_of_existing_pods and not terms.has_preferred:
@@ -211,14 +214,15 @@ class InterPodAffinity:
         return [
             ClusterEventWithHint(
                 ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE),
-                hint=assigned_pod_changed,
+                hint=partial(assigned_pod_changed, terms_of=self._incoming_terms.get),
             ),
             # kube's TargetPod/UpdatePodLabel: the rejected pod's own labels changed.
             ClusterEventWithHint(
                 ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_LABEL), hint=own_labels_changed
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL), hint=node_changed
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                hint=partial(node_changed, terms_of=self._incoming_terms.get),
             ),
         ]
 

@@ -8,10 +8,10 @@ would count it as matching none). A term that cannot be parsed answers Queue.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from usher.core.plugins.interpodaffinity.terms import AffinityTerm, parse_terms, pod_terms
+from usher.core.plugins.interpodaffinity.terms import AffinityTerm, PodTerms, parse_terms, pod_terms
 from usher.core.selectors import SelectorError
 from usher.core.types import PodInfo, QueueingHint
 
@@ -48,7 +48,9 @@ def _any(terms: tuple[AffinityTerm, ...], raw: Mapping[str, Any]) -> bool:
     return any(t.matches(namespace, labels, None) for t in terms)
 
 
-def assigned_pod_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+def assigned_pod_changed(
+    pod: PodInfo, old: Any, new: Any, terms_of: Callable[[PodInfo], PodTerms] = pod_terms
+) -> QueueingHint:
     """An assigned pod was added, relabelled or deleted: may ``pod`` fit now?
 
     Add: the new pod matches all of ``pod``'s affinity terms. Label update: it now matches
@@ -59,7 +61,7 @@ def assigned_pod_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     if (new is not None and not _placed(new)) or (old is not None and not _placed(old)):
         return SKIP
     try:
-        terms = pod_terms(pod)
+        terms = terms_of(pod)  # parsed once per pod version when the plugin passes its cache
     except SelectorError:
         return QUEUE
     affinity, anti_affinity = terms.required_affinity, terms.required_anti_affinity
@@ -84,7 +86,7 @@ def own_labels_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     return QUEUE if new is not None and _meta(new).get("uid") == pod.uid else SKIP
 
 
-def node_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+def node_changed(pod: PodInfo, old: Any, new: Any, terms_of: Callable[[PodInfo], PodTerms] = pod_terms) -> QueueingHint:
     """A node was added or relabelled (kube's isSchedulableAfterNodeChange).
 
     Affinity: the added node has a term's topology key, or an update added the key or moved the
@@ -94,7 +96,7 @@ def node_changed(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     if new is None:
         return SKIP
     try:
-        terms = pod_terms(pod)
+        terms = terms_of(pod)  # parsed once per pod version when the plugin passes its cache
     except SelectorError:
         return QUEUE
     new_labels = _labels(new)

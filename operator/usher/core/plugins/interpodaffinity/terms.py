@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from usher.core.selectors import SelectorError, label_selector_matches
@@ -78,6 +78,8 @@ class PodTerms:
     required_anti_affinity: tuple[AffinityTerm, ...] = ()
     preferred_affinity: tuple[WeightedTerm, ...] = ()
     preferred_anti_affinity: tuple[WeightedTerm, ...] = ()
+    selector_keys: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The label keys any of these terms' selectors read from a pod."""
 
     @property
     def has_required(self) -> bool:
@@ -87,9 +89,7 @@ class PodTerms:
     def has_preferred(self) -> bool:
         return bool(self.preferred_affinity or self.preferred_anti_affinity)
 
-    @property
-    def selector_keys(self) -> frozenset[str]:
-        """The label keys any of these terms' selectors read from a pod."""
+    def __post_init__(self) -> None:
         keys: set[str] = set()
         every = (
             *self.required_affinity,
@@ -101,7 +101,7 @@ class PodTerms:
             selector = term.selector or {}
             keys.update(selector.get("matchLabels") or {})
             keys.update(str(e.get("key")) for e in selector.get("matchExpressions") or [])
-        return frozenset(keys)
+        object.__setattr__(self, "selector_keys", frozenset(keys))
 
 
 NO_TERMS = PodTerms()
@@ -265,14 +265,17 @@ def pod_terms(pod: PodInfo, *, strict: bool = True) -> PodTerms:
 
 
 class TermsCache:
-    """Parsed terms of existing pods, reused while the cache holds the same PodInfo object.
+    """Parsed terms of pods (existing ones, or with ``strict`` the ones being scheduled), reused while the
+    same PodInfo object comes back.
 
     Bounded: cleared wholesale once it holds ``limit`` pods (a miss only costs a re-parse).
     """
 
-    def __init__(self, limit: int = 65536) -> None:
+    def __init__(self, limit: int = 65536, *, strict: bool = False) -> None:
+        """``strict``: parse as for the incoming pod (a bad selector raises SelectorError, never kept)."""
         self._entries: dict[PodKey, tuple[PodInfo, PodTerms]] = {}
         self._limit = limit
+        self._strict = strict
 
     def get(self, pod: PodInfo) -> PodTerms:
         if not pod.has_pod_affinity:
@@ -280,7 +283,7 @@ class TermsCache:
         entry = self._entries.get(pod.key)
         if entry is not None and entry[0] is pod:
             return entry[1]
-        terms = pod_terms(pod, strict=False)
+        terms = pod_terms(pod, strict=self._strict)
         if len(self._entries) >= self._limit:
             self._entries.clear()
         self._entries[pod.key] = (pod, terms)
