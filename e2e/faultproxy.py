@@ -37,6 +37,7 @@ class Fault:
 
     ``forward``: pass each such request on to the API server first and answer ``status`` instead of its
     reply, as when the reply is lost on the way back (the API server acted; its client cannot know).
+    ``first_per_path``: only the first request to each path (one per object: its client's retry goes through).
     """
 
     method: str
@@ -45,7 +46,15 @@ class Fault:
     times: int
     retry_after: str | None = None
     forward: bool = False
+    first_per_path: bool = False
     injected: int = 0
+    paths: set[str] = field(default_factory=set)
+    """The paths it answered."""
+
+    def applies(self, method: str, path: str) -> bool:
+        if method != self.method or not re.search(self.path, path) or self.injected >= self.times:
+            return False
+        return not (self.first_per_path and path in self.paths)
 
 
 @dataclass
@@ -135,8 +144,9 @@ class FaultProxy:
                 self.seen[(request.method, request.path, status)] += 1
                 return _injected(status, chaos.retry_after, f"every {chaos.every}th request")
         for fault in self.faults:
-            if fault.method == request.method and re.search(fault.path, request.path) and fault.injected < fault.times:
+            if fault.applies(request.method, request.path):
                 fault.injected += 1
+                fault.paths.add(request.path)
                 self.seen[(request.method, request.path, fault.status)] += 1
                 if fault.forward:
                     async with await self._forward(request, session, arrived) as lost:

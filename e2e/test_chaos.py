@@ -214,7 +214,7 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
     total = 10
     nodes = nodes_with_devices(kwok_nodes, driver, 2, devices=8)
     binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
-    lost = faultproxy.Fault("POST", binding, 503, times=total, forward=True)
+    lost = faultproxy.Fault("POST", binding, 503, times=total, forward=True, first_per_path=True)
     with faultproxy.running(control_plane, [lost]) as proxy:
         scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
         with scheduler:
@@ -227,7 +227,7 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
                 30,
                 "every pod counted scheduled",
             )
-            assert lost.injected == total
+            assert lost.injected == total and len(lost.paths) == total, "each pod's first binding answer lost"
             assert [e.status for e in proxy.answered("POST", binding)].count(201) == total, "each binding written"
             assert proxy.count("POST", binding, 409) == total, "each retry told the pod is bound already"
             assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
