@@ -38,6 +38,9 @@ from e2e.usher_process import UsherProcess
 
 pytestmark = pytest.mark.e2e
 
+#: pods/binding request paths, as the fault proxy matches them.
+BINDING = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
+
 #: Errors of the test's own API client while the API server or etcd is down.
 OUTAGE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, ConnectionError)
 
@@ -179,9 +182,8 @@ def test_one_api_call_in_ten_failing_with_503_or_429_loses_and_doubles_nothing(
     total = 40
     nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
     chaos = faultproxy.EveryNth(every=10)
-    binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
     claim_status = r"^/apis/resource\.k8s\.io/v1/namespaces/[^/]+/resourceclaims/[^/]+/status$"
-    certain = [faultproxy.Fault("POST", binding, 503, times=3), faultproxy.Fault("PUT", claim_status, 429, times=3)]
+    certain = [faultproxy.Fault("POST", BINDING, 503, times=3), faultproxy.Fault("PUT", claim_status, 429, times=3)]
     with faultproxy.running(control_plane, certain, chaos=chaos) as proxy:
         scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
         with scheduler:
@@ -193,7 +195,7 @@ def test_one_api_call_in_ten_failing_with_503_or_429_loses_and_doubles_nothing(
             healthy(scheduler)
             assert chaos.injected[503] > 0 and chaos.injected[429] > 0
             assert [fault.injected for fault in certain] == [3, 3]
-            assert proxy.count("POST", binding, 201) == total, "one accepted binding per pod"
+            assert proxy.count("POST", BINDING, 201) == total, "one accepted binding per pod"
 
 
 def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserved(
@@ -213,8 +215,7 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
     """
     total = 10
     nodes = nodes_with_devices(kwok_nodes, driver, 2, devices=8)
-    binding = r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
-    lost = faultproxy.Fault("POST", binding, 503, times=total, forward=True, first_per_path=True)
+    lost = faultproxy.Fault("POST", BINDING, 503, times=total, forward=True, first_per_path=True)
     with faultproxy.running(control_plane, [lost]) as proxy:
         scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
         with scheduler:
@@ -228,8 +229,8 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
                 "every pod counted scheduled",
             )
             assert lost.injected == total and len(lost.paths) == total, "each pod's first binding answer lost"
-            assert [e.status for e in proxy.answered("POST", binding)].count(201) == total, "each binding written"
-            assert proxy.count("POST", binding, 409) == total, "each retry told the pod is bound already"
+            assert [e.status for e in proxy.answered("POST", BINDING)].count(201) == total, "each binding written"
+            assert proxy.count("POST", BINDING, 409) == total, "each retry told the pod is bound already"
             assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
             assert scheduler.metric("scheduler_schedule_attempts_total", result="error") == 0
             healthy(scheduler)
