@@ -699,10 +699,26 @@ class Selection:
     def runnable(self) -> bool:
         return self.bench is not None and not self.unsupported
 
+    @property
+    def tier(self) -> str:
+        """``large`` when the bench workload is beyond ``make bench``'s sizes (``make bench-large`` runs it)."""
+        if self.bench is None:
+            return STANDARD
+        s = size(self.test_case, self.bench)
+        return LARGE if s.nodes > STANDARD_MAX_NODES or s.pods > STANDARD_MAX_PODS else STANDARD
+
 
 #: What fits this 2-core machine: every run (3 contenders x 3 repetitions) creates its cluster anew.
 MAX_NODES = 1000
 MAX_PODS = 5000
+#: ``make bench`` runs the workloads up to this size, 3 runs per scheduler, in under 45 minutes here; the
+#: larger ones (a pair of runs takes 50-120 s each: the 1000-node preemption, 5000-pod, 5000-node and
+#: pod-group-claim workloads) run in ``make bench-large`` (bench/README.md "Which workloads run").
+STANDARD_MAX_NODES = 1000
+STANDARD_MAX_PODS = 2500
+STANDARD = "standard"
+LARGE = "large"
+TIERS = (STANDARD, LARGE)
 #: Test cases run beyond MAX_NODES: scheduler_perf's pod-group workloads all have 5000 nodes (3000 pods, about
 #: 20-60 s a run here), and gang scheduling is measured side by side with kube-scheduler (issue 16).
 LARGER_NODES: Mapping[str, int] = {"GangScheduling": 5000, "TopologyAwareScheduling": 5000, "BasicScheduling": 5000}

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import report
+from bench import perfconfig, report
 from bench.contenders import Contender, by_key
 from bench.kube import MERGE_PATCH, Api, run_all
 from bench.limit import SCHEDULER_NAME as LIMIT_SCHEDULER_NAME
@@ -52,23 +52,16 @@ from bench.perfconfig import MAX_NODES as UPSTREAM_MAX_NODES
 from bench.perfconfig import MAX_PODS as UPSTREAM_MAX_PODS
 from bench.workloads import (
     CLASS_NAME,
-    HIGH_PRIORITY,
-    HIGH_PRIORITY_CLASS,
-    HIGH_PRIORITY_REQUESTS,
-    LOW_PRIORITY_REQUESTS,
-    TEMPLATE_NAME,
     Kind,
     Workload,
     burst_claim_name,
     by_name,
     claim,
-    claim_template,
     device_class,
     node,
     node_name,
     node_slice,
     pod,
-    priority_class,
 )
 from e2e.controlplane import ControlPlane, start
 
@@ -86,8 +79,6 @@ APISERVER_ARGS: tuple[str, ...] = (
     "--max-mutating-requests-inflight=0",
     "--enable-priority-and-fairness=false",
 )
-#: kube-controller-manager runs only for ResourceClaimTemplates, with only what they need.
-KCM_CONTROLLERS: tuple[str, ...] = ("serviceaccount-controller", "resourceclaim-controller")
 #: The harness's kcm defaults to 200 QPS; the resourceclaim-controller makes two writes per pod
 #: (the claim, the pod's status), which would cap every contender at 100 pods/s.
 KCM_ARGS: tuple[str, ...] = ("--kube-api-qps=5000", "--kube-api-burst=5000")
@@ -144,10 +135,8 @@ class Run:
         plane = start(
             self.workdir,
             extra_apiserver_args=APISERVER_ARGS,
-            kcm=w.needs_kcm,
+            kcm=False,  # the hand-written workloads need no controller (claims are made by the harness)
             kwok=False,
-            controllers=KCM_CONTROLLERS,
-            extra_kcm_args=KCM_ARGS,
             **c.plane_kwargs(self.workdir),
         )
         try:
@@ -239,7 +228,7 @@ class Run:
                 }
             self.result["ungate"] = result
 
-        if self.contender.family == "limit" and w.kind in {Kind.BASIC, Kind.GATED}:
+        if self.contender.family == "limit" and w.kind is Kind.GATED:
             self.result["bind_only"] = await self._bind_only(plane, api, watcher)
 
     async def _bind_only(self, plane: ControlPlane, api: Api, watcher: PodWatcher) -> dict[str, Any]:
@@ -284,7 +273,7 @@ class Run:
         """Run ``action`` (which creates or releases ``count`` pods of ``phase``) and measure their binding."""
         c = self.contender
         pid = c.pid
-        meter = CpuMeter(component_pids(plane, kcm=self.workload.needs_kcm, scheduler=pid))
+        meter = CpuMeter(component_pids(plane, kcm=False, scheduler=pid))
         metrics_before = await c.metrics() or {}
         meter.start()
         base = watcher.bound(phase)
@@ -369,11 +358,6 @@ class Run:
                 )
 
             await run_all(self.nodes, publish, CREATE_CONCURRENCY)
-        if w.kind is Kind.CLAIM_TEMPLATE:
-            await self._post(api, "resourceclaimtemplates", claim_template(TEMPLATE_NAME, CLASS_NAME))
-        if w.kind is Kind.PREEMPTION:
-            body = priority_class(HIGH_PRIORITY_CLASS, HIGH_PRIORITY)
-            await api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
     async def _create_pods(self, phase: str, count: int) -> None:
         w = self.workload
@@ -381,14 +365,8 @@ class Run:
 
         def body(i: int) -> dict[str, Any]:
             name = f"{phase}-{i:05d}"
-            if w.kind is Kind.CLAIM_TEMPLATE:
-                return pod(name, scheduler, phase, template=TEMPLATE_NAME)
             if w.kind is Kind.CLAIM_BURST:
                 return pod(name, scheduler, phase, claim_name=burst_claim_name(i))
-            if w.kind is Kind.PREEMPTION and phase == "init":
-                return pod(name, scheduler, phase, requests=LOW_PRIORITY_REQUESTS)
-            if w.kind is Kind.PREEMPTION:
-                return pod(name, scheduler, phase, requests=HIGH_PRIORITY_REQUESTS, priority_class=HIGH_PRIORITY_CLASS)
             return pod(name, scheduler, phase, gated=phase == "gated")
 
         async def create(i: int) -> None:
@@ -458,8 +436,6 @@ async def run_workload(
     """Every contender on one workload, one after another; returns the workload's result document."""
     runs: dict[str, Any] = {}
     for contender in contenders:
-        if contender.family == "limit" and not workload.limit_applies:
-            continue
         workdir = base / workload.name / contender.key
         run = Run(workload, contender, workdir, profile_dir)
         runs[contender.key] = await run.execute()
@@ -507,6 +483,7 @@ def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
         max_pods=args.upstream_max_pods,
         keep=bool(args.keep),
         names=args.upstream or [],
+        tiers=perfconfig.TIERS if args.tier == "all" else (args.tier,),
         prestart=bool(args.smoke),
         profile_dir=Path(args.out) / "profiles" if args.profile else None,
     )
@@ -516,7 +493,7 @@ async def main_async(args: argparse.Namespace) -> int:
     from bench import upstream
 
     if args.list_upstream:
-        print(upstream.table(upstream_options(args)))
+        print(upstream.table(upstream_options(args), Path(args.out) / upstream.RESULTS_DIRNAME))
         return 0
     hand_written, upstream_suite = suites(args)
     hand_known = {c.key for c in by_key(None)}
@@ -576,6 +553,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("all", "hand-written", "upstream"),
         default="all",
         help="which workloads when no -w/-u names them (default: all)",
+    )
+    upstream.add_argument(
+        "--tier",
+        choices=("all", *perfconfig.TIERS),
+        default="all",
+        help="which sizes when no -u names them: standard (make bench), large (make bench-large), all (default)",
     )
     upstream.add_argument(
         "-u",

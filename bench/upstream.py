@@ -415,6 +415,8 @@ class Options:
     max_pods: int = perfconfig.MAX_PODS
     keep: bool = False
     names: Sequence[str] = field(default_factory=list)
+    tiers: Sequence[str] = perfconfig.TIERS
+    """Which sizes run when ``names`` is empty: ``standard`` (``make bench``), ``large`` (``make bench-large``)."""
     prestart: bool = False
     """Start the next run's control plane while a run works, and stop planes in the background (smoke only)."""
     profile_dir: Path | None = None
@@ -435,7 +437,7 @@ def selections(options: Options) -> list[Selection]:
     """
     chosen = perfconfig.select(perfconfig.load_all(), max_nodes=options.max_nodes, max_pods=options.max_pods)
     if not options.names:
-        return chosen
+        return [s for s in chosen if s.tier in options.tiers]
     by_name = {s.key: s for s in chosen}
     out: list[Selection] = []
     for name in options.names:
@@ -471,6 +473,7 @@ async def run_selection(
             "size": _size(tc, plan.workload),
         },
         "reason": selection.reason,
+        "tier": selection.tier,
         "feature_gates": plan.gates,
         "usher_feature_gates": plan.usher_gates,
         "dropped_for_usher": list(plan.dropped_for_usher),
@@ -555,16 +558,42 @@ async def run_all(options: Options, out: Path, base: Path) -> int:
 RUN_OVERHEAD_SECONDS = 6.5
 #: The same with the next control plane started during a run (smoke only; 3 s measured).
 PRESTARTED_OVERHEAD_SECONDS = 3.0
-#: Pods per second a run sustains, roughly (from the hand-written benchmark's last results on this machine).
+#: Pods per second a run sustains, roughly (scheduler_perf's workloads on this machine, both schedulers).
 PLAIN_PODS_PER_SECOND = 400.0
 CLAIM_PODS_PER_SECOND = 150.0
-PREEMPTING_PODS_PER_SECOND = 12.0
+PREEMPTING_PODS_PER_SECOND = 30.0
 
 
-def estimate_seconds(plan: Setup, options: Options) -> float:
-    """A rough duration of a test case's runs (all contenders and repetitions), for planning only."""
+def previous_run_seconds(plan: Setup, results: Path) -> dict[str, float]:
+    """Each contender's mean run seconds in ``results``' last document of this test case and workload, if any."""
+    path = results / result_name(plan.test_case.name)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if document.get("smoke") or document.get("workload", {}).get("name") != plan.workload.name:
+        return {}
+    out: dict[str, float] = {}
+    for key, runs in document.get("runs", {}).items():
+        seconds = [r["run_seconds"] for r in runs if r.get("status") == "ok" and r.get("run_seconds")]
+        if seconds:
+            out[key] = statistics.fmean(seconds)
+    return out
+
+
+def estimate_seconds(plan: Setup, options: Options, previous: Mapping[str, float] | None = None) -> float:
+    """A rough duration of a test case's runs (all contenders and repetitions), for planning only.
+
+    A contender's ``previous`` mean run seconds (the committed results) count where known, a formula otherwise.
+    """
     if plan.status != "ok":
         return 0.0
+    previous = previous or {}
+    formula = _formula_seconds(plan, options)
+    return sum(previous.get(key, formula) for key in options.contenders) * options.repetitions
+
+
+def _formula_seconds(plan: Setup, options: Options) -> float:
     size = perfconfig.size(plan.test_case, plan.workload)
     ops, _ = perfconfig.unroll(plan.test_case, plan.workload)
     measured = sum(op.count for op in ops if op.opcode == "createPods" and op.get("collectMetrics"))
@@ -572,28 +601,32 @@ def estimate_seconds(plan: Setup, options: Options) -> float:
     measured_rate = PREEMPTING_PODS_PER_SECOND if "Preemption" in plan.test_case.name else rate
     pods = (size.pods - measured) / rate + measured / measured_rate
     overhead = PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS
-    run = overhead + size.nodes / 500 + pods + size.steady_seconds
-    return run * len(options.contenders) * options.repetitions
+    return overhead + size.nodes / 500 + pods + size.steady_seconds
 
 
-def table(options: Options) -> str:
-    """What `--list-upstream` prints: every test case, the workload chosen and its size, or why none."""
+def table(options: Options, results: Path) -> str:
+    """What `--list-upstream` prints: every test case, the workload chosen and its size, or why none.
+
+    The estimates use the run seconds in ``results`` (the last benchmark's) where a document is there.
+    """
     lines = []
     total = 0.0
     for selection in selections(options):
         plan = setup(selection, smoke=options.smoke, force=bool(options.names))
         size = _size(selection.test_case, plan.workload)
         note = " (stand-in)" if selection.stand_in and not options.smoke else ""
-        seconds = estimate_seconds(plan, options)
+        previous = {} if options.smoke else previous_run_seconds(plan, results)
+        seconds = estimate_seconds(plan, options, previous)
         total += seconds
         lines.append(
             f"{selection.test_case.group:28} {selection.key:52} {plan.workload.name + note:42} {size:40} "
-            f"{f'~{seconds / 60:.1f} min' if seconds else '':9} {plan.status}"
+            f"{selection.tier if selection.runnable else '':9}{f'~{seconds / 60:.1f} min' if seconds else '':9} "
+            f"{plan.status}"
         )
     runnable = sum(1 for line in lines if line.endswith(" ok"))
     lines.append(
         f"{runnable} test cases run, {options.repetitions} repetition(s) of {len(options.contenders)} contender(s): "
-        f"about {total / 60:.0f} min (a rough estimate: "
+        f"about {total / 60:.0f} min (the last results' run times where known, else a rough formula: "
         f"{PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS:g} s per run besides scheduling)"
     )
     return "\n".join(lines)

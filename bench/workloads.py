@@ -1,11 +1,16 @@
-"""The benchmark's workloads, shaped like kube-scheduler's scheduler_perf, and the objects they create.
+"""The hand-written workloads: what scheduler_perf's own files have no workload for, and the objects they create.
 
-Why these four shapes: SchedulingBasic is the plain filter/score/bind
-path; SchedulingWithResourceClaimTemplate adds DRA allocation and claim writes;
-SchedulingGated shows that thousands of gated pods cost nothing while other
-pods schedule, and how fast ungated pods bind; the claim burst is the case
-PreQueueingHints exist for: N pods wait for claims that all appear at once, and
-without narrowing every claim event runs a hint for every waiting pod (N^2).
+Why these two shapes: SchedulingGated shows that thousands of gated pods cost
+nothing while other pods schedule, and how fast ungated pods bind (from the
+gate's removal to the binding, a latency scheduler_perf does not measure; its
+SchedulingWhileGated workloads hold 10000 gated pods on 50000, too large here);
+the claim burst is the case PreQueueingHints exist for: N pods wait for claims
+that all appear at once, and without narrowing every claim event runs a hint
+for every waiting pod (N^2).
+
+The hand-written SchedulingBasic (500 and 5000 nodes),
+SchedulingWithResourceClaimTemplate and PreemptionBasic workloads were
+replaced by their scheduler_perf originals, which bench/upstream.py runs.
 
 Objects follow scheduler_perf's templates: nodes have 4 CPU, 32Gi, 110 pods;
 pods request 100m CPU and 500Mi. Pods never run (no kubelet, no kwok): the
@@ -18,33 +23,24 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from e2e.dra_driver import DRIVER, claim, claim_template, device_class, node_slice
+from e2e.dra_driver import DRIVER, claim, device_class, node_slice
 
 #: Label on every benchmark pod: which phase created it (init, measured, gated).
 PHASE_LABEL = "bench.usher.dev/phase"
 #: Scheduling gate held by the gated workload's pods until the ungate phase.
 GATE = "bench.usher.dev/hold"
 CLASS_NAME = "bench-gpu"
-TEMPLATE_NAME = "one-gpu"
 #: scheduler_perf's node-default.yaml.
 NODE_CAPACITY = {"cpu": "4", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 #: scheduler_perf's pod-default.yaml.
 POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}
-#: scheduler_perf's pod-low-priority.yaml (priority 0) and pod-high-priority.yaml (priority 10).
-LOW_PRIORITY_REQUESTS = {"cpu": "900m", "memory": "500Mi"}
-HIGH_PRIORITY_REQUESTS = {"cpu": "3000m", "memory": "500Mi"}
-HIGH_PRIORITY_CLASS = "bench-high"
-HIGH_PRIORITY = 10
 
 
 class Kind(StrEnum):
     """What a workload's measured phase does."""
 
-    BASIC = "basic"
-    CLAIM_TEMPLATE = "claim_template"
     GATED = "gated"
     CLAIM_BURST = "claim_burst"
-    PREEMPTION = "preemption"
 
 
 @dataclass(frozen=True)
@@ -72,21 +68,9 @@ class Workload:
     def uses_dra(self) -> bool:
         return self.devices_per_node > 0
 
-    @property
-    def limit_applies(self) -> bool:
-        """The bind limit places pods without preempting: it has no number for a preemption workload."""
-        return self.kind is not Kind.PREEMPTION
-
-    @property
-    def needs_kcm(self) -> bool:
-        """Only templates need kube-controller-manager (its resourceclaim-controller makes the claims)."""
-        return self.kind is Kind.CLAIM_TEMPLATE
-
     def scaled(self, *, nodes: int, pods: int) -> Workload:
         """The same shape at smoke-test size: ``nodes`` nodes and about ``pods`` pods per phase."""
         devices = max(1, -(-2 * pods // nodes)) if self.uses_dra else 0  # every init + measured pod gets a device
-        if self.kind is Kind.PREEMPTION:  # the nodes must stay full: four low-priority pods each
-            return replace(self, nodes=nodes, init_pods=4 * nodes, measured_pods=min(pods, nodes))
         return replace(
             self,
             nodes=nodes,
@@ -99,21 +83,6 @@ class Workload:
 
 
 WORKLOADS: tuple[Workload, ...] = (
-    Workload(
-        "SchedulingBasic_500Nodes", Kind.BASIC, nodes=500, init_pods=500, measured_pods=1000,
-        description="500 nodes, 500 init pods, 1000 measured pods; no constraints (scheduler_perf 500Nodes).",
-    ),
-    Workload(
-        "SchedulingBasic_5000Nodes", Kind.BASIC, nodes=5000, init_pods=1000, measured_pods=1000,
-        description="5000 nodes, 1000 init pods, 1000 measured pods (scheduler_perf 5000Nodes): "
-        "per-node work dominates.",
-    ),
-    Workload(
-        "SchedulingWithResourceClaimTemplate_2000pods_100nodes", Kind.CLAIM_TEMPLATE, nodes=100,
-        init_pods=1000, measured_pods=1000, devices_per_node=20,
-        description="100 nodes with a ResourceSlice of 20 devices each; 1000 init + 1000 measured pods, "
-        "each with one claim from a ResourceClaimTemplate (scheduler_perf 2000pods_100nodes).",
-    ),
     Workload(
         "SchedulingGated_5000gated_1000pods", Kind.GATED, nodes=500, init_pods=0, measured_pods=1000,
         gated_pods=5000, ungate=1000,
@@ -129,11 +98,6 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "ClaimBurst_2000", Kind.CLAIM_BURST, nodes=100, init_pods=0, measured_pods=2000, devices_per_node=20,
         description="As ClaimBurst_500 with 2000 pods and claims (every device used).",
-    ),
-    Workload(
-        "PreemptionBasic_1000Nodes", Kind.PREEMPTION, nodes=1000, init_pods=4000, measured_pods=1000,
-        description="1000 nodes each filled by 4 low-priority pods (900m CPU); 1000 measured pods of priority 10 "
-        "asking 3 CPU, each preempting 3 of them (scheduler_perf PreemptionBasic 1000Nodes).",
     ),
 )  # fmt: skip
 
@@ -181,17 +145,14 @@ def pod(
     scheduler: str,
     phase: str,
     *,
-    template: str | None = None,
     claim_name: str | None = None,
     gated: bool = False,
-    requests: dict[str, str] | None = None,
-    priority_class: str | None = None,
 ) -> dict[str, Any]:
     """A pod that never runs: no token volume (nothing would mount it), no grace period."""
     container: dict[str, Any] = {
         "name": "main",
         "image": "registry.k8s.io/pause:3.10",
-        "resources": {"requests": dict(requests or POD_REQUESTS)},
+        "resources": {"requests": dict(POD_REQUESTS)},
     }
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
@@ -199,21 +160,12 @@ def pod(
         "terminationGracePeriodSeconds": 0,
         "containers": [container],
     }
-    if template or claim_name:
-        entry = {"name": "gpu", **({"resourceClaimTemplateName": template} if template else {})}
-        if claim_name:
-            entry["resourceClaimName"] = claim_name
-        spec["resourceClaims"] = [entry]
+    if claim_name:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
         container["resources"]["claims"] = [{"name": "gpu"}]
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
-    if priority_class:
-        spec["priorityClassName"] = priority_class
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {PHASE_LABEL: phase}}, "spec": spec}
-
-
-def priority_class(name: str, value: int) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
 
 
 def burst_claim_name(index: int) -> str:
@@ -224,23 +176,16 @@ __all__ = [
     "CLASS_NAME",
     "DRIVER",
     "GATE",
-    "HIGH_PRIORITY",
-    "HIGH_PRIORITY_CLASS",
-    "HIGH_PRIORITY_REQUESTS",
-    "LOW_PRIORITY_REQUESTS",
     "PHASE_LABEL",
-    "TEMPLATE_NAME",
     "WORKLOADS",
     "Kind",
     "Workload",
     "burst_claim_name",
     "by_name",
     "claim",
-    "claim_template",
     "device_class",
     "node",
     "node_name",
     "node_slice",
     "pod",
-    "priority_class",
 ]

@@ -183,6 +183,24 @@ def test_selection_takes_fitting_performance_workloads_else_a_stand_in_and_says_
 
 
 @needs_module
+def test_make_bench_runs_the_standard_sizes_and_bench_large_the_rest() -> None:
+    from bench import upstream
+
+    chosen = {s.key: s for s in perfconfig.select(_all())}
+    assert chosen["SchedulingWithResourceClaimTemplate"].tier == perfconfig.STANDARD  # 500 nodes, 2500 pods
+    assert chosen["SchedulingBasic"].tier == perfconfig.STANDARD
+    for large in ("PreemptionBasic", "SharedPodGroupResourceClaim", "GangScheduling", "EventHandlingPodAdd"):
+        assert chosen[large].tier == perfconfig.LARGE, large
+    standard = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,)))}
+    larger = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.LARGE,)))}
+    assert not standard & larger and standard | larger == set(chosen)
+    assert "PreemptionAsync" in standard and "PreemptionBasic" in larger
+    # Naming a test case runs it whatever its tier.
+    named = upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,), names=["PreemptionBasic"]))
+    assert [s.key for s in named] == ["PreemptionBasic"]
+
+
+@needs_module
 def test_feature_defaults_come_from_the_pinned_kube_features() -> None:
     defaults = perfconfig.feature_defaults()
     assert defaults["DynamicResourceAllocation"] == perfconfig.GateSpec(True, "GA", True)
@@ -541,6 +559,43 @@ def test_the_report_compares_like_with_like_and_shows_why_a_test_case_did_not_ru
     table = "\n".join(report.upstream_table([doc, refused]))
     assert "| T (misc) | w (stand-in): 5 nodes, 15 pods | ok | 150 | 100 | 50† | 1.50x |" in table
     assert "| R (misc) | w (stand-in): 5 nodes, 15 pods | usher refuses: no gate X |" in table
+
+
+def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
+    from bench import report
+    from bench.upstream import summarize
+
+    def doc(name: str, group: str, usher_rate: float, usher_cpu: float, size: str, **extra: Any) -> dict[str, Any]:
+        usher = [_run("ok", usher_rate, usher_rate, usher_cpu, 1000, 300.0) for _ in range(3)]
+        kube = [_run("ok", 100.0, 100.0, 2.0, 1000, 100.0) for _ in range(3)]
+        return {
+            "test_case": name,
+            "group": group,
+            "status": "ok",
+            "workload": {"name": "w", "size": size},
+            "runs": {"usher": usher, "kube-scheduler": kube},
+            "summary": {"usher": summarize(usher), "kube-scheduler": summarize(kube)},
+            **extra,
+        }
+
+    docs = [
+        doc("Fast", "misc", 120.0, 1.0, "500 nodes, 1500 pods"),
+        doc("Slow", "misc", 80.0, 1.0, "500 nodes, 1500 pods"),
+        doc("SchedulingWithResourceClaimTemplate", "dra", 125.0, 3.0, "500 nodes, 2500 pods"),
+        doc("Big", "podgroup", 100.0, 1.0, "5000 nodes, 3000 pods", tier="large"),
+        {"test_case": "L", "group": "dra", "status": "usher lacks: X", "workload": {"name": "w"}},
+        {"test_case": "O", "group": "misc", "status": "left out: too large", "workload": {"name": "w"}},
+    ]
+    lines = "\n".join(report.upstream_targets(docs))
+    assert "| 3 of 4 met; below: Slow 0.80x | no |" in lines
+    assert "| SchedulingWithResourceClaimTemplate: usher >= 1.3x kube-scheduler | 1.25x | no, short by 4% |" in lines
+    assert (
+        "| SchedulingWithResourceClaimTemplate: usher's CPU per pod <= kube-scheduler's | 1.50x | no, over by 50% |"
+        in (lines)
+    )
+    assert "Big (5000 nodes, 3000 pods): usher's peak RSS <= 2x kube-scheduler's | 3.00x (300 vs 100 MiB) | no" in lines
+    assert "| 5 of 6 (83%) run here or fail only for a feature usher lacks" in lines and lines.endswith("| yes |")
+    assert "w [bench-large]: 5000 nodes" in "\n".join(report.upstream_table(docs))
 
 
 @needs_module
