@@ -22,6 +22,7 @@ from usher.core.plugins.podtopologyspread import (
     parse_args,
 )
 from usher.core.plugins.podtopologyspread.filtering import compute_pre_filter_state
+from usher.core.plugins.podtopologyspread.scoring import compute_pre_score_state
 from usher.core.types import Code, NodeName, PodInfo, PodKey, QueueingHint, Status
 
 HOST = "kubernetes.io/hostname"
@@ -772,10 +773,11 @@ def test_pre_score_without_pre_filter_counts_the_feasible_nodes_only() -> None:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_prefilter_counts_kept_across_cycles_equal_a_fresh_count_while_the_cluster_changes(seed: int) -> None:
+def test_counts_kept_across_cycles_equal_a_fresh_count_while_the_cluster_changes(seed: int) -> None:
     """Pods (some terminating, some in another namespace), nodes, node labels and taints come and go between
     cycles; incoming pods of a few kinds (constraints, inclusion policies, tolerations) repeat, each with
-    labels of its own. The counts PreFilter keeps per node must equal a fresh count, cycle after cycle."""
+    labels of its own. The counts PreFilter and PreScore keep per node must equal a fresh count, cycle after
+    cycle (PreScore's over a random share of the nodes as the feasible ones)."""
     rnd = random.Random(seed)
     cache = Cache()
     plugin = new({}, FakeHandle())
@@ -791,6 +793,9 @@ def test_prefilter_counts_kept_across_cycles_equal_a_fresh_count_while_the_clust
         pod("k0", spread=[hard(1, ZONE)]),
         pod("k1", spread=[hard(1, HOST, BAR), hard(2, ZONE)], nodeSelector={"tier": "x"}),
         pod("k2", spread=[hard(1, ZONE, nodeTaintsPolicy="Honor")], tolerations=[]),
+        pod("k3", spread=[soft(1, ZONE), soft(2, HOST, BAR)]),
+        pod("k4", spread=[soft(1, ZONE, nodeAffinityPolicy="Ignore"), hard(3, ZONE)], nodeSelector={"tier": "x"}),
+        pod("k5", spread=[soft(2, ZONE, nodeTaintsPolicy="Honor")]),
     ]
     placed: list[str] = []
     for step in range(60):
@@ -816,8 +821,17 @@ def test_prefilter_counts_kept_across_cycles_equal_a_fresh_count_while_the_clust
         nodes = cache.node_infos()
         state = CycleState()
         _, status = plugin.pre_filter(state, incoming, nodes)
-        assert status.ok, status
         constraints = plugin.source.for_pod(incoming, "DoNotSchedule")
-        fresh = compute_pre_filter_state(incoming, constraints, nodes)
-        kept = state.get("PreFilterPodTopologySpread")
-        assert kept.counts == fresh.counts and kept.min_match == fresh.min_match, f"step {step}"
+        assert status.code is (Code.SUCCESS if constraints else Code.SKIP), status
+        if constraints:
+            fresh = compute_pre_filter_state(incoming, constraints, nodes)
+            kept = state.get("PreFilterPodTopologySpread")
+            assert kept.counts == fresh.counts and kept.min_match == fresh.min_match, f"step {step}"
+        feasible = [n for n in nodes if rnd.random() < 0.7]
+        soft_constraints = plugin.source.for_pod(incoming, "ScheduleAnyway")
+        if not feasible or not soft_constraints:
+            continue
+        assert plugin.pre_score(state, incoming, feasible).ok
+        fresh_score = compute_pre_score_state(incoming, soft_constraints, feasible, nodes, require_all_topologies=True)
+        kept_score = state.get("PreScorePodTopologySpread")
+        assert kept_score == fresh_score, f"step {step}"

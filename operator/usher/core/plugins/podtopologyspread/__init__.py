@@ -77,6 +77,7 @@ from usher.core.plugins.podtopologyspread.scoring import (
     normalize,
     score_node,
 )
+from usher.core.plugins.podtopologyspread.scoring import signature as score_signature
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error
 
@@ -115,6 +116,8 @@ class PodTopologySpread:
         self.source = ConstraintSource(defaults, system_defaulted=system, services=services)
         self._shares_for = SharesByKind()
         """Per-node PreFilter counts of recent kinds of incoming pods (``filtering.signature``)."""
+        self._score_shares_for = SharesByKind()
+        """Per-node PreScore counts of recent kinds of incoming pods (``scoring.signature``)."""
 
     # -- PreFilter / Filter ---------------------------------------------------
 
@@ -166,9 +169,12 @@ class PodTopologySpread:
             return SKIP
         # Only system-default spreading lets nodes without a zone label still spread by hostname.
         require_all = self.source.has_own(pod) or not self.source.system_defaulted
+        shares = self._score_shares_for(score_signature(pod, constraints, require_all))
         state.write(
             PRE_SCORE_STATE_KEY,
-            compute_pre_score_state(pod, constraints, nodes, all_nodes, require_all_topologies=require_all),
+            compute_pre_score_state(
+                pod, constraints, nodes, all_nodes, require_all_topologies=require_all, shares=shares
+            ),
         )
         return SUCCESS
 

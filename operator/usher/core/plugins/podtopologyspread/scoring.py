@@ -7,7 +7,8 @@ kube-scheduler's formula, reproduced exactly:
   constraint by ``ln(number of those domains + 2)`` (for
   ``kubernetes.io/hostname``: the number of scored nodes + 2), so the counts
   of a topology with few domains are not watered down by one with many.
-  It then counts matching pods over *all* nodes, for the seeded domains only.
+  It then counts matching pods over *all* nodes, for the seeded domains only
+  (each node's counts kept across cycles for pods that ask alike: ``NodeShares``).
 - Score sums, per constraint, ``count in the node's domain x weight +
   (maxSkew - 1)`` and rounds half away from zero; hostname constraints count
   the node's own pods.
@@ -18,11 +19,12 @@ kube-scheduler's formula, reproduced exactly:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from usher.core.framework.interface import MAX_NODE_SCORE
+from usher.core.plugins.nodeshares import Entry, NodeShares
 from usher.core.plugins.podtopologyspread.constraints import (
     LABEL_HOSTNAME,
     Constraint,
@@ -31,6 +33,7 @@ from usher.core.plugins.podtopologyspread.constraints import (
     has_all_topology_keys,
     included,
 )
+from usher.core.plugins.podtopologyspread.filtering import signature as filter_signature
 from usher.core.types import NodeName, PodInfo
 
 if TYPE_CHECKING:
@@ -65,7 +68,10 @@ def compute_pre_score_state(
     all_nodes: Sequence[NodeInfo],
     *,
     require_all_topologies: bool,
+    shares: NodeShares | None = None,
 ) -> PreScoreState:
+    """``shares``: each node's counts for pods with this ``signature``, kept from earlier cycles; only nodes
+    whose generation moved are counted again."""
     ignored: set[NodeName] = set()
     counts: list[dict[str, int]] = [{} for _ in constraints]
     for node in feasible:
@@ -82,19 +88,50 @@ def compute_pre_score_state(
         for i, c in enumerate(constraints)
     ]
     inclusion = Inclusion(pod, constraints)
-    for node in all_nodes:
-        if not node.exists:
-            continue
-        if require_all_topologies and not has_all_topology_keys(node.labels, constraints):
-            continue
-        affinity_ok, taints_ok = inclusion.for_node(node)
-        for i, constraint in enumerate(constraints):
-            if not included(constraint, affinity_ok, taints_ok):
-                continue
-            value = node.labels.get(constraint.topology_key, "")
-            if value in counts[i]:  # a domain of some feasible node (never true for hostname constraints)
-                counts[i][value] += count_matching(node.pods.values(), constraint, pod.namespace)
+    if shares is None:
+        for node in all_nodes:
+            for index, value, count in _node_counts(pod, constraints, inclusion, node, require_all_topologies):
+                domain = counts[int(index)]
+                if value in domain:  # a domain of some feasible node (never true for hostname constraints)
+                    domain[value] += count
+    else:
+        shares.refresh(
+            all_nodes, {}, lambda node, _: _node_counts(pod, constraints, inclusion, node, require_all_topologies)
+        )
+        by_constraint = shares.by_key()
+        for i, domain in enumerate(counts):
+            kept = by_constraint.get(str(i))
+            if kept:
+                for value in domain:
+                    domain[value] = kept.get(value, 0)
     return PreScoreState(constraints, pod.namespace, ignored, counts, weights)
+
+
+def _node_counts(
+    pod: PodInfo, constraints: list[Constraint], inclusion: Inclusion, node: NodeInfo, require_all_topologies: bool
+) -> list[Entry]:
+    """(constraint index, the node's domain, matching pods on the node) for each non-hostname constraint the
+    node counts for with at least one match (hostname constraints are counted by Score, per node)."""
+    if not node.exists:
+        return []
+    labels = node.labels
+    if require_all_topologies and not has_all_topology_keys(labels, constraints):
+        return []
+    affinity_ok, taints_ok = inclusion.for_node(node)
+    out: list[Entry] = []
+    for i, constraint in enumerate(constraints):
+        if constraint.topology_key == LABEL_HOSTNAME or not included(constraint, affinity_ok, taints_ok):
+            continue
+        count = count_matching(node.pods.values(), constraint, pod.namespace)
+        if count:
+            out.append((str(i), labels.get(constraint.topology_key, ""), count))
+    return out
+
+
+def signature(pod: PodInfo, constraints: Sequence[Constraint], require_all_topologies: bool) -> Hashable:
+    """What the counts depend on besides the nodes: PreFilter's signature, and whether nodes missing a
+    topology key count."""
+    return (require_all_topologies, filter_signature(pod, constraints))
 
 
 def score_node(state: PreScoreState, node: NodeInfo) -> int:
