@@ -543,3 +543,49 @@ def test_registered_events() -> None:
     registered = [e.event for e in plugin().events_to_register()]
     assert registered == [ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)]
     assert not registered[0].matches(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_TAINT))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_answers_kept_across_cycles_equal_a_fresh_match_while_node_labels_change(seed: int) -> None:
+    """Pods of a few kinds (nodeSelector, terms, both) each with labels of their own arrive while nodes are
+    relabelled, added and deleted; Filter's kept answers must equal matching the terms afresh."""
+    import random
+
+    from usher.core.plugins.nodeaffinity import required_affinity
+
+    rnd = random.Random(seed)
+    cache = Cache()
+    subject = plugin()
+    names = [f"n{i}" for i in range(5)]
+
+    def random_node(name: str) -> dict[str, Any]:
+        labels = {k: rnd.choice(["a", "b"]) for k in ("zone", "tier") if rnd.random() < 0.7}
+        return raw_node(name, **labels)
+
+    for name in names[:3]:
+        cache.add_or_update_node(random_node(name))
+    kinds = [
+        pod(term(expr("zone", "In", "a"))),
+        pod(selector={"tier": "b"}),
+        pod(term(expr("zone", "NotIn", "a"), expr("tier", "Exists")), term(fields=[name_in("n1", "n3")])),
+        pod(term(expr("zone", "In", "a")), selector={"tier": "a"}),
+    ]
+    answers = set()
+    for step in range(80):
+        action = rnd.random()
+        present = [n.name for n in cache.node_infos()]
+        if action < 0.4:
+            cache.add_or_update_node(random_node(rnd.choice(names)))
+        elif action < 0.5 and present:
+            cache.remove_node(rnd.choice(present))
+        incoming = rnd.choice(kinds)
+        raw = {**incoming.raw, "metadata": {**incoming.raw["metadata"], "name": f"p{step}", "labels": {"s": str(step)}}}
+        info = PodInfo.from_api(raw)
+        state = CycleState()
+        subject.pre_filter(state, info, cache.node_infos())
+        for target in cache.node_infos():
+            code = subject.filter(state, info, target).code
+            fresh = required_affinity(raw).matches(target.labels, target.name)
+            assert (code is Code.SUCCESS) == fresh, f"step {step}, node {target.name}"
+            answers.add(fresh)
+    assert answers == {True, False}

@@ -6,13 +6,14 @@ cluster (kube-scheduler walks them on 16 goroutines; usher has one thread).
 For pods that ask alike (the plugin's signature of the pod) each node's part
 only changes when the node does, and ``NodeInfo.generation`` says when: so a
 burst of pods from one template walks only the nodes changed since the
-previous pod's cycle.
+previous pod's cycle. ``ByKind`` keeps such state per signature (NodeAffinity
+keeps its Filter answers per node in one too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -20,28 +21,32 @@ if TYPE_CHECKING:
 Entry = tuple[str, str, int]
 """(topologyKey, value, weight): one term of one existing pod counted for its node's domain."""
 
+T = TypeVar("T")
+
 MAX_KINDS = 16
 """Kinds of incoming pods whose shares a plugin keeps (a few templates burst at a time)."""
 
 
-class SharesByKind:
-    """A plugin's ``NodeShares`` per signature of incoming pods, the least recently used dropped first."""
+class ByKind(Generic[T]):
+    """What a plugin keeps per signature of incoming pods (a ``factory()`` each), the least recently used
+    dropped first."""
 
-    __slots__ = ("_kinds", "_limit")
+    __slots__ = ("_factory", "_kinds", "_limit")
 
-    def __init__(self, limit: int = MAX_KINDS) -> None:
-        self._kinds: dict[Hashable, NodeShares] = {}
+    def __init__(self, factory: Callable[[], T], limit: int = MAX_KINDS) -> None:
+        self._factory = factory
+        self._kinds: dict[Hashable, T] = {}
         self._limit = limit
 
-    def __call__(self, signature: Hashable) -> NodeShares:
-        """The shares of pods with ``signature`` (new, empty ones for a signature not seen lately)."""
-        shares = self._kinds.pop(signature, None)
-        if shares is None:
-            shares = NodeShares()
+    def __call__(self, signature: Hashable) -> T:
+        """What is kept for pods with ``signature`` (new and empty for a signature not seen lately)."""
+        kept = self._kinds.pop(signature, None)
+        if kept is None:
+            kept = self._factory()
             if len(self._kinds) >= self._limit:
                 del self._kinds[next(iter(self._kinds))]
-        self._kinds[signature] = shares
-        return shares
+        self._kinds[signature] = kept
+        return kept
 
     def __len__(self) -> int:
         return len(self._kinds)

@@ -55,7 +55,7 @@ from usher.core.plugins.interpodaffinity.scoring import (
 )
 from usher.core.plugins.interpodaffinity.scoring import signature as score_signature
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsCache, TermsCache
-from usher.core.plugins.nodeshares import SharesByKind
+from usher.core.plugins.nodeshares import ByKind, NodeShares
 from usher.core.selectors import SelectorError
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, Status, error, unschedulable
 
@@ -126,7 +126,7 @@ class InterPodAffinity:
         self._terms = TermsCache()
         self._incoming_terms = TermsCache(strict=True)
         """The terms of pods being scheduled or waiting: every cycle and every hint reads them."""
-        self._shares_for = SharesByKind()
+        self._shares_for = ByKind(NodeShares)
         """Per-node shares of recent kinds of incoming pods (``scoring.signature``, ``filtering.signature``)."""
 
     # -- filtering -------------------------------------------------------------

@@ -7,7 +7,10 @@ expressions of a term ANDed) once per cycle; when every term pins node names
 those names, as kube-scheduler does. Filter rejects nodes that do not match;
 labels are the administrator's, so preemption cannot resolve it. Score sums
 the weights of the matching ``preferredDuringSchedulingIgnoredDuringExecution``
-terms; NormalizeScore scales the best node to 100.
+terms; NormalizeScore scales the best node to 100. Filter's answers are kept
+per node for pods with the same selector and required affinity (a burst from
+one template), for as long as the node's labels are the same object (every
+Node update makes new ones), so the terms are not matched again for each pod.
 
 The profile's ``addedAffinity`` applies to every pod: its required selector is
 checked before the pod's own (with its own reason), its preferred terms add to
@@ -22,6 +25,7 @@ configuration time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +45,7 @@ from usher.core.framework.interface import (
 from usher.core.framework.names import NODE_AFFINITY
 from usher.core.framework.scoring import default_normalize
 from usher.core.hints import ClusterEventWithHint
+from usher.core.plugins.nodeshares import ByKind
 from usher.core.selectors import SelectorError, node_selector_term_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
 
@@ -55,6 +60,10 @@ REASON_CONFLICT = "pod affinity terms conflict"
 REASON_INVALID = "pod's required node affinity has no valid term"
 PRE_FILTER_KEY = "PreFilter" + NAME
 PRE_SCORE_KEY = "PreScore" + NAME
+VERDICTS_KEY = "Verdicts" + NAME
+
+Verdicts = dict[str, tuple[Mapping[str, str], bool]]
+"""Node name -> (the node's labels object when matched, whether the required affinity matched)."""
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -138,6 +147,10 @@ class RequiredAffinity:
         if any(labels.get(key) != value for key, value in self.node_selector):
             return False
         return self.terms is None or _matches_any(self.terms, labels, name)
+
+    def signature(self) -> str:
+        """Equal for pods whose selector and required terms are equal (whatever else differs)."""
+        return json.dumps([self.node_selector, self.terms], sort_keys=True)
 
     def node_names(self) -> frozenset[str] | None:
         """The only nodes the terms can match when each pins names (metadata.name In); None: any node."""
@@ -289,6 +302,8 @@ class NodeAffinity:
 
     def __init__(self, args: AffinityArgs) -> None:
         self.args = args
+        self._verdicts_for: ByKind[Verdicts] = ByKind(dict)
+        """Filter's answers per node, for recent kinds of required affinity (``RequiredAffinity.signature``)."""
 
     def _enforced(self, labels: Mapping[str, str], name: str) -> bool:
         return self.args.required is None or _matches_any(self.args.required, labels, name)
@@ -305,6 +320,7 @@ class NodeAffinity:
             return None, _SKIP
         required = required_affinity(pod.raw)
         state.write(PRE_FILTER_KEY, required)
+        state.write(VERDICTS_KEY, self._verdicts_for(required.signature()))
         if required.unsatisfiable:
             return None, unschedulable(f"{REASON_INVALID}: {_describe(required.errors)}", resolvable=False)
         names = required.node_names()
@@ -320,9 +336,16 @@ class NodeAffinity:
         required: RequiredAffinity | None = state.get(PRE_FILTER_KEY)
         if required is None:  # PreFilter disabled in this profile
             required = required_affinity(pod.raw)
-        if not required.matches(node.labels, node.name):
-            return unschedulable(REASON_POD, resolvable=False)
-        return SUCCESS
+        verdicts: Verdicts | None = state.get(VERDICTS_KEY)
+        labels = node.labels
+        kept = verdicts.get(node.name) if verdicts is not None else None
+        if kept is not None and kept[0] is labels:
+            matches = kept[1]
+        else:
+            matches = required.matches(labels, node.name)
+            if verdicts is not None:
+                verdicts[node.name] = (labels, matches)
+        return SUCCESS if matches else unschedulable(REASON_POD, resolvable=False)
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
         terms, errors = preferred_terms(_node_affinity(pod.raw).get(PREFERRED) or [], f"{_POD_PATH}.{PREFERRED}")

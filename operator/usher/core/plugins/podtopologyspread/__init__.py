@@ -46,7 +46,7 @@ from usher.core.framework.interface import (
 )
 from usher.core.framework.names import POD_TOPOLOGY_SPREAD
 from usher.core.hints import ClusterEventWithHint
-from usher.core.plugins.nodeshares import SharesByKind
+from usher.core.plugins.nodeshares import ByKind, NodeShares
 from usher.core.plugins.podtopologyspread.args import (
     LIST_DEFAULTING,
     SYSTEM_DEFAULTING,
@@ -114,9 +114,9 @@ class PodTopologySpread:
         system = self.args.defaulting_type == SYSTEM_DEFAULTING
         defaults = SYSTEM_DEFAULT_CONSTRAINTS if system else self.args.default_constraints
         self.source = ConstraintSource(defaults, system_defaulted=system, services=services)
-        self._shares_for = SharesByKind()
+        self._shares_for = ByKind(NodeShares)
         """Per-node PreFilter counts of recent kinds of incoming pods (``filtering.signature``)."""
-        self._score_shares_for = SharesByKind()
+        self._score_shares_for = ByKind(NodeShares)
         """Per-node PreScore counts of recent kinds of incoming pods (``scoring.signature``)."""
 
     # -- PreFilter / Filter ---------------------------------------------------
