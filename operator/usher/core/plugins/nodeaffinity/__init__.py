@@ -69,6 +69,9 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 _POD_PATH = "spec.affinity.nodeAffinity"
 _SKIP = Status(Code.SKIP)
+# One Status each for every node that fails alike (Status is immutable; the runtime names it once).
+_POD_MISMATCH = unschedulable(REASON_POD, resolvable=False)
+_ENFORCED_MISMATCH = unschedulable(REASON_ENFORCED, resolvable=False)
 
 Term = Mapping[str, Any]
 WeightedTerm = tuple[int, Term]
@@ -332,7 +335,7 @@ class NodeAffinity:
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         if not self._enforced(node.labels, node.name):
-            return unschedulable(REASON_ENFORCED, resolvable=False)
+            return _ENFORCED_MISMATCH
         required: RequiredAffinity | None = state.get(PRE_FILTER_KEY)
         if required is None:  # PreFilter disabled in this profile
             required = required_affinity(pod.raw)
@@ -345,7 +348,7 @@ class NodeAffinity:
             matches = required.matches(labels, node.name)
             if verdicts is not None:
                 verdicts[node.name] = (labels, matches)
-        return SUCCESS if matches else unschedulable(REASON_POD, resolvable=False)
+        return SUCCESS if matches else _POD_MISMATCH
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
         terms, errors = preferred_terms(_node_affinity(pod.raw).get(PREFERRED) or [], f"{_POD_PATH}.{PREFERRED}")

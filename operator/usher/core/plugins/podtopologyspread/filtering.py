@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
 ERR_REASON_NODE_LABEL_NOT_MATCH = ERR_REASON_CONSTRAINTS_NOT_MATCH + " (missing required label)"
 _NO_DOMAIN = 2**31 - 1  # kube-scheduler's math.MaxInt32 "no eligible domain yet"
+# One Status each for every node that fails alike (Status is immutable; the runtime names it once).
+_LABEL_MISSING = unschedulable(ERR_REASON_NODE_LABEL_NOT_MATCH, resolvable=False)
+_SKEWED = unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
 
 
 @dataclass(slots=True)
@@ -135,9 +138,9 @@ def filter_node(state: PreFilterState, pod: PodInfo, node: NodeInfo) -> Status:
     for i, constraint in enumerate(state.constraints):
         value = node.labels.get(constraint.topology_key)
         if value is None:
-            return unschedulable(ERR_REASON_NODE_LABEL_NOT_MATCH, resolvable=False)
+            return _LABEL_MISSING
         self_match = 1 if constraint.matches(pod.labels) else 0
         skew = state.counts[i].get(value, 0) + self_match - state.global_min(i)
         if skew > constraint.max_skew:
-            return unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
+            return _SKEWED
     return SUCCESS

@@ -89,10 +89,19 @@ class TaintToleration:
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         if not any(map(_TAINTS, nodes)):  # C-level scan: this runs for every cycle
             return [None] * len(nodes)
+        tolerations = pod_tolerations(pod.raw)
+        rejections: dict[str, Status] = {}  # one Status per reason: many nodes carry the same taint
         results: list[Status | None] = []
         for node in nodes:
-            status = self.filter(state, pod, node) if node.taints else SUCCESS
-            results.append(None if status.ok else status)
+            taint = untolerated_taint(node.taints, tolerations, DO_NOT_SCHEDULE) if node.taints else None
+            if taint is None:
+                results.append(None)
+                continue
+            reason = untolerated_reason(taint)
+            status = rejections.get(reason)
+            if status is None:
+                status = rejections[reason] = unschedulable(reason, resolvable=False)
+            results.append(status)
         return results
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
