@@ -108,7 +108,8 @@ class SchedulerConfig:
 
 _PLUGIN_POINTS = {"multiPoint", *EXTENSION_POINTS}
 POD_GROUP_POST_FILTER = "podGroupPostFilter"
-_FOREIGN_POINTS = {"placementGenerate", "placementScore", POD_GROUP_POST_FILTER}
+PLACEMENT_SCORE = "placementScore"
+_FOREIGN_POINTS = {"placementGenerate", PLACEMENT_SCORE, POD_GROUP_POST_FILTER}
 """Extension points of kube-scheduler's Plugins whose plugins usher picks itself: only ``disabled`` lists are
 accepted (podGroupPostFilter's applies to the plugins usher runs there, PlacementFeasible's style: multiPoint's
 plugins that implement it)."""
@@ -252,8 +253,8 @@ def _profile(raw: Any, path: str, registry: Registry, ignored: list[IgnoredField
         if point in _FOREIGN_POINTS:
             if plugin_list.enabled:
                 raise ConfigError(f"{point_path}.enabled: usher has no {point} extension point")
-            if point != POD_GROUP_POST_FILTER:
-                continue  # placements: usher's own algorithm, no plugins to disable
+            if point not in (POD_GROUP_POST_FILTER, PLACEMENT_SCORE):
+                continue  # placementGenerate: usher's own generator, no plugins to disable
         plugins[point] = plugin_list
     plugin_config: dict[str, PluginArgs] = {}
     configured: set[str] = set()

@@ -67,6 +67,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.post_filter] == ["DynamicResources", "DefaultPreemption"]
     assert [p.name for p in fw.plugins.pod_group_post_filter] == ["DynamicResources"]
     assert [p.name for p in fw.plugins.permit] == [p.name for p in fw.plugins.placement_feasible] == ["GangScheduling"]
+    assert [(p.name, w) for p, w in fw.plugins.placement_score] == [("NodeResourcesFit", 1)]
     assert fw.plugins.post_bind == []
     assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 19
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
@@ -162,3 +163,14 @@ def test_the_registry_refuses_duplicate_names() -> None:
     registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]
     with pytest.raises(ValueError, match="already registered"):
         registry.register("A", lambda args, handle: None)  # type: ignore[arg-type,return-value]
+
+
+def test_placement_score_plugins_come_from_multi_point_with_its_weights_and_may_be_disabled_there() -> None:
+    weighted = profile(multiPoint=PluginList(enabled=(PluginRef("NodeResourcesFit", 3),)))
+    fw = build_framework(weighted, registry=in_tree_registry(), handle=FakeHandle())
+    assert [(p.name, w) for p, w in fw.plugins.placement_score] == [("NodeResourcesFit", 3)]
+    for disabled in ("NodeResourcesFit", "*"):
+        off = profile(placementScore=PluginList(disabled=(PluginRef(disabled),)))
+        fw = build_framework(off, registry=in_tree_registry(), handle=FakeHandle())
+        assert fw.plugins.placement_score == [], disabled
+        assert "NodeResourcesFit" in [p.name for p, _ in fw.plugins.score], "only that point loses it"

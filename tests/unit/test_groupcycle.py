@@ -326,6 +326,34 @@ def test_of_the_domains_that_fit_the_choice_is_random_among_equals() -> None:
     assert chosen == {"n0", "n1"}
 
 
+def test_of_the_domains_that_fit_the_fuller_one_wins_as_kube_scheduler_packs_gangs() -> None:
+    """Both racks take the whole gang, so PodGroupPodsCount ties; rack b already holds another pod, so with
+    the gang it is the more allocated domain and NodeResourcesFit's ScorePlacement prefers it, every time."""
+    chosen = set()
+    for seed in range(8):
+        cache, framework = racks(("4", "a"), ("4", "b"))
+        cache.add_or_update_pod(PodInfo.from_api(make_pod().name("other").uid("o").node("n1").req(cpu="2").obj()))
+        simulation = place(cache, framework, 2, members("1", "1"), seed=seed)
+        assert simulation.status.ok
+        chosen |= {m.result.node for m in simulation.placed}
+    assert chosen == {"n1"}
+
+
+def test_a_placement_score_plugin_that_fails_fails_the_groups_attempt() -> None:
+    cache, framework = racks(("2", "a"), ("2", "b"))
+
+    class Broken:
+        name = "Broken"
+
+        def score_placement(self, group: Any, pods: Any, nodes: Any) -> int:
+            raise RuntimeError("boom")
+
+    framework.plugins.placement_score.append((Broken(), 1))  # type: ignore[arg-type]
+    simulation = place(cache, framework, 2, members("1", "1"))
+    assert simulation.status.code is Code.ERROR and "boom" in simulation.status.message
+    assert simulation.status.plugin == "Broken"
+
+
 def test_without_the_gate_the_constraint_is_ignored() -> None:
     cache, framework = racks(("2", "a"), ("2", "b"))
     pods = members("1", "1", "1")

@@ -128,6 +128,31 @@ def test_scoring_strategies(strategy: str, expected: int) -> None:
     assert status.ok and score == expected
 
 
+@pytest.mark.parametrize("strategy", ["LeastAllocated", "MostAllocated"])
+def test_a_placement_scores_as_kube_schedulers_score_placement_most_allocated_over_its_nodes(strategy: str) -> None:
+    """Fit.ScorePlacement: the members' (non-zero) requests plus what the domain's nodes hold, over what they
+    offer, MostAllocated per resource whatever the node strategy; extended resources nobody asks for and
+    ``pods`` are left out."""
+    args = {"scoringStrategy": {"type": strategy, "resources": [
+        {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "example.com/gpu", "weight": 5},
+        {"name": "pods", "weight": 5},
+    ]}}  # fmt: skip
+    fit = NodeResourcesFit(parse_args(args))
+    full = node_info(
+        make_node().name("n0").capacity(cpu="4", memory="8Gi", pods=10).obj(),
+        make_pod().name("other").node("n0").req(cpu="1", memory="1Gi").obj(),
+    )
+    empty = node_info(make_node().name("n1").capacity(cpu="4", memory="8Gi", pods=10).obj())
+    members = [info(make_pod().name(f"m{i}").req(cpu="500m", memory="512Mi").obj()) for i in range(2)]
+    # cpu: (1000 + 1000) / 8000 -> 25; memory: (1Gi + 1Gi) / 16Gi -> 12; gpu and pods left out.
+    assert fit.score_placement(None, members, [full, empty]) == (25 + 12) // 2  # type: ignore[arg-type]
+    # The members alone on the empty node: cpu 1000/4000 -> 25, memory 1Gi/8Gi -> 12; an empty pod counts
+    # as 100m and 200Mi.
+    assert fit.score_placement(None, members, [empty]) == (25 + 12) // 2  # type: ignore[arg-type]
+    assert fit.score_placement(None, [info(make_pod().obj())], [empty]) == (2 + 2) // 2  # type: ignore[arg-type]
+    assert fit.score_placement(None, members, [full]) == (50 + 25) // 2  # type: ignore[arg-type]
+
+
 def test_an_empty_pod_scores_as_100m_and_200mi() -> None:
     fit = NodeResourcesFit(parse_args({}))
     node = node_info(make_node().capacity(cpu="1", memory="2000Mi", pods=10).obj())

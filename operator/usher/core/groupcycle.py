@@ -32,7 +32,7 @@ from functools import partial
 from usher.core.cache import Cache, NodeInfo, NodeList, SetAside
 from usher.core.cycle import NodeSampler, ScheduleResult, schedule
 from usher.core.framework.cycle_state import CycleState
-from usher.core.framework.interface import PlacementProgress
+from usher.core.framework.interface import MAX_NODE_SCORE, PlacementProgress
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.defaultpreemption.victims import Budgets, Units, Victim, importance, split_by_budgets
 from usher.core.podgroups import PodGroup
@@ -422,8 +422,11 @@ def place_group(
 ) -> tuple[GroupSimulation, bool]:
     """The group's placement algorithm: `simulate_group` on every node, or, for a group with a topology
     constraint (``topology``: TopologyAwareWorkloadScheduling on), once per domain, each reverted, and the
-    best domain's simulation (kube-scheduler's podGroupSchedulingPlacementAlgorithm: PodGroupPodsCount
-    scores the domains that fit, by members scheduled and placed; equal scores drawn at random).
+    best domain's simulation (kube-scheduler's podGroupSchedulingPlacementAlgorithm and findBestPlacement:
+    the domains that fit are scored by PodGroupPodsCount, members scheduled and placed scaled to 0-100 by
+    the most any domain places, plus the profile's PlacementScore plugins (NodeResourcesFit: MostAllocated
+    over the domain's nodes with the members placed there), each times its weight; equal totals drawn at
+    random).
 
     Returns (simulation, still assumed): a plain simulation keeps its members assumed until reverted; a
     placement's is already reverted (the caller commits it from its outcome)."""
@@ -440,7 +443,7 @@ def place_group(
         why = f"0/0 placements are available: no node has the topology key {group.topology_key!r}"
         return GroupSimulation(group, Status(Code.UNSCHEDULABLE, (why,)), [], list(pods), scheduled), False
     first: GroupSimulation | None = None
-    fitting: list[GroupSimulation] = []
+    fitting: list[tuple[GroupSimulation, NodeList]] = []
     for _, nodes in domains:
         simulation = run(nodes=nodes)
         simulation.revert()
@@ -448,15 +451,28 @@ def place_group(
             return simulation, False
         first = first or simulation
         if simulation.status.ok:
-            fitting.append(simulation)
+            fitting.append((simulation, nodes))
     assert first is not None
     if not fitting:
         why = f"0/{len(domains)} placements are available, first placement status: {first.status.message}"
         first.status = Status(Code.UNSCHEDULABLE, (why,), first.status.plugin)
         first.placements = (len(domains), 0)
         return first, False
-    counts = [s.scheduled_before + len(s.placed) for s in fitting]
-    best = max(counts)
-    chosen = rng.choice([s for s, c in zip(fitting, counts, strict=True) if c == best])
+    if len(fitting) == 1:
+        chosen = fitting[0][0]
+    else:
+        totals, status = framework.run_placement_score(
+            group, [([m.pod for m in s.placed], nodes) for s, nodes in fitting]
+        )
+        if not status.ok:
+            simulation = fitting[0][0]
+            simulation.status = status
+            return simulation, False
+        counts = [s.scheduled_before + len(s.placed) for s, _ in fitting]
+        most = max(counts)
+        for i, count in enumerate(counts):
+            totals[i] += count * MAX_NODE_SCORE // most if most else 0  # PodGroupPodsCount, weight 1
+        best = max(totals)
+        chosen = rng.choice([s for (s, _), total in zip(fitting, totals, strict=True) if total == best])
     chosen.placements = (len(domains), len(fitting))
     return chosen, False

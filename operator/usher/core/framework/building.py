@@ -36,6 +36,7 @@ from usher.core.framework.interface import (
     NominatedPods,
     PermitPlugin,
     PlacementFeasiblePlugin,
+    PlacementScorePlugin,
     Plugin,
     PodGroupPostFilterPlugin,
     PostBindPlugin,
@@ -163,10 +164,13 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
     def at(point: str) -> list[Plugin]:
         return [instances.get(ref.name) for ref in chosen[point]]
 
-    disabled_there = profile.plugins.get("podGroupPostFilter", PluginList()).disabled
-    pod_group_post_filter_disabled = {ref.name for ref in disabled_there}
-    if "*" in pod_group_post_filter_disabled:
-        pod_group_post_filter_disabled = {ref.name for ref in multi}
+    def disabled_at(point: str) -> set[str]:
+        """The plugins a point that takes ``disabled`` lists only (multiPoint's plugins run there) leaves out."""
+        names = {ref.name for ref in profile.plugins.get(point, PluginList()).disabled}
+        return {ref.name for ref in multi} if "*" in names else names
+
+    pod_group_post_filter_disabled = disabled_at("podGroupPostFilter")
+    placement_score_disabled = disabled_at("placementScore")
 
     queue_sort = [p for p in at("queueSort") if isinstance(p, QueueSortPlugin)]
     if len(queue_sort) > 1:
@@ -194,6 +198,12 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         placement_feasible=[
             plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PlacementFeasiblePlugin)
         ],
+        placement_score=[
+            (plugin, _multi_weight(multi, ref.name))
+            for ref in multi
+            if ref.name not in placement_score_disabled
+            and isinstance(plugin := instances.get(ref.name), PlacementScorePlugin)
+        ],
         pod_group_post_filter=[
             plugin
             for ref in multi
@@ -206,7 +216,12 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
     if not plugin_set.bind:
         raise ProfileError(f"{profile.path}.plugins.bind: a bind plugin is required")
     enabled = {ref.name for refs in chosen.values() for ref in refs} | {
-        p.name for p in (*plugin_set.placement_feasible, *plugin_set.pod_group_post_filter)
+        p.name
+        for p in (
+            *plugin_set.placement_feasible,
+            *(plugin for plugin, _ in plugin_set.placement_score),
+            *plugin_set.pod_group_post_filter,
+        )
     }
     plugin_set.all.extend(plugin for name, plugin in instances.built.items() if name in enabled)
     return plugin_set

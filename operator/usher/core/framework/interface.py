@@ -34,6 +34,7 @@ class PreFilterResult:
 
 
 MAX_NODE_SCORE = 100
+MIN_NODE_SCORE = 0
 
 
 @runtime_checkable
@@ -281,6 +282,20 @@ class PlacementFeasiblePlugin(Plugin, Protocol):
     def placement_feasible(self, group: PodGroup, progress: PlacementProgress) -> Status:
         """Success: the constraints are met. Wait: not yet, more members may meet them. Unschedulable: they
         cannot be met any more, the cycle ends early."""
+        ...
+
+
+@runtime_checkable
+class PlacementScorePlugin(Plugin, Protocol):
+    """Scores, during a pod-group cycle with a topology constraint, each feasible placement (one domain) by
+    the members the cycle proposes there and the domain's nodes, 0-100 (kube-scheduler's
+    PlacementScorePlugin, NodeResourcesFit's ScorePlacement). Weighted by the plugin's multiPoint weight.
+
+    Enabled through ``multiPoint`` only, like PlacementFeasible.
+    """
+
+    def score_placement(self, group: PodGroup, pods: Sequence[PodInfo], nodes: Sequence[NodeInfo]) -> int:
+        """``pods``: the members proposed for the placement; ``nodes``: its nodes, without them."""
         ...
 
 

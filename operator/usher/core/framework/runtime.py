@@ -21,6 +21,7 @@ from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import (
     MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
     NODE_ONLY,
     BatchFilterPlugin,
     BatchScorePlugin,
@@ -31,6 +32,7 @@ from usher.core.framework.interface import (
     PermitPlugin,
     PlacementFeasiblePlugin,
     PlacementProgress,
+    PlacementScorePlugin,
     Plugin,
     PodGroupPostFilterPlugin,
     PostBindPlugin,
@@ -110,6 +112,7 @@ class PluginSet:
     bind: list[BindPlugin] = field(default_factory=list)
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     placement_feasible: list[PlacementFeasiblePlugin] = field(default_factory=list)
+    placement_score: list[tuple[PlacementScorePlugin, int]] = field(default_factory=list)
     pod_group_post_filter: list[PodGroupPostFilterPlugin] = field(default_factory=list)
     """Pod-group cycles only; enabled through multiPoint."""
     all: list[Plugin] = field(default_factory=list)
@@ -484,6 +487,33 @@ class Framework:
                 outcome.timeout = wait
         self._point("Permit", outcome.status, started)
         return outcome
+
+    def run_placement_score(
+        self, group: PodGroup, placements: Sequence[tuple[Sequence[PodInfo], Sequence[NodeInfo]]]
+    ) -> tuple[list[int], Status]:
+        """kube-scheduler's RunPlacementScorePlugins for the plugins usher has (NodeResourcesFit; the
+        PodGroupPodsCount score is the group cycle's own): each placement's weighted sum of the plugins'
+        scores, or an error naming the plugin that failed or scored outside 0-100."""
+        started = self._timer()
+        totals = [0] * len(placements)
+        status = SUCCESS
+        for plugin, weight in self.plugins.placement_score:
+            try:
+                scores = [plugin.score_placement(group, pods, nodes) for pods, nodes in placements]
+            except Exception as exc:  # a plugin bug fails this group's attempt, never the scheduler
+                status = error(f"running PlacementScore plugins: {type(exc).__name__}: {exc}").with_plugin(plugin.name)
+                break
+            bad = next((v for v in scores if not MIN_NODE_SCORE <= v <= MAX_NODE_SCORE), None)
+            if bad is not None:
+                status = error(
+                    f"plugin {plugin.name!r} returns an invalid score {bad}, it should in the range of "
+                    f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
+                ).with_plugin(plugin.name)
+                break
+            for i, score in enumerate(scores):
+                totals[i] += score * weight
+        self._point("PlacementScore", status, started)
+        return totals, status
 
     def run_placement_feasible(self, group: PodGroup, progress: PlacementProgress) -> Status:
         """kube-scheduler's RunPlacementFeasiblePlugins: the first Unschedulable or error ends it, a Wait is

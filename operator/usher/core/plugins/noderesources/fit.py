@@ -24,12 +24,13 @@ from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, Ba
 from usher.core.framework.names import NODE_RESOURCES_FIT
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.plugins.shapes import Shape, parse_shape, shape_score
-from usher.core.resources import CPU, MEMORY, PODS, resource_list
+from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
     from usher.core.framework.cycle_state import CycleState
+    from usher.core.podgroups import PodGroup
 
 NAME = NODE_RESOURCES_FIT
 TOO_MANY_PODS = "Too many pods"
@@ -242,6 +243,38 @@ class NodeResourcesFit:
             else:
                 amounts.append((resource, weight, pod.requests.get(resource, 0), False))
         return amounts
+
+    def score_placement(self, group: PodGroup, pods: Sequence[PodInfo], nodes: Sequence[NodeInfo]) -> int:
+        """kube-scheduler's Fit.ScorePlacement: MostAllocated, whatever the node scoring strategy, over the
+        configured resources, summed across the placement's nodes with the proposed members' requests added,
+        so a domain the group fills more scores higher (TopologyAwareWorkloadScheduling packs gangs)."""
+        resources = self.args.resources
+        requested = [0] * len(resources)
+        for pod in pods:
+            cpu, memory = non_zero_requests(pod)
+            for i, (resource, _) in enumerate(resources):
+                requested[i] += (
+                    cpu if resource == CPU else memory if resource == MEMORY else pod.requests.get(resource, 0)
+                )
+        allocatable = [0] * len(resources)
+        for node in nodes:
+            for i, (resource, _) in enumerate(resources):
+                if resource in (CPU, MEMORY):
+                    capacity, used = node.allocatable.get(resource, 0), node.non_zero_requested.get(resource, 0)
+                elif resource == EPHEMERAL_STORAGE or (requested[i] and resource != PODS):
+                    # kube skips an extended resource nobody in the group asks for, and "pods" (not scalar)
+                    capacity, used = node.allocatable.get(resource, 0), node.requested.get(resource, 0)
+                else:
+                    continue
+                if capacity:
+                    allocatable[i] += capacity
+                    requested[i] += used
+        total = weights = 0
+        for (_, weight), want, capacity in zip(resources, requested, allocatable, strict=True):
+            if capacity:
+                total += min(want, capacity) * MAX_NODE_SCORE // capacity * weight
+                weights += weight
+        return total // weights if weights else 0
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         return [
