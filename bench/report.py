@@ -439,6 +439,7 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
         kind = doc["status"].split(":", 1)[0] if doc["status"] != "ok" else "run"
         counts[kind] = counts.get(kind, 0) + 1
     repetitions = max((d.get("repetitions", 1) for d in ran), default=0)
+    limit_repetitions = max((d.get("limit_repetitions", d.get("repetitions", 1)) for d in ran), default=0)
     smoke = any(d.get("smoke") for d in docs)
     return [
         "## scheduler_perf's workloads",
@@ -447,7 +448,8 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
         f"of the pinned Kubernetes module), executed unchanged by `bench/executor.py`; which workload of each test "
         f"case runs and why the others do not: [README.md](README.md#scheduler_perfs-workloads). "
         f"{len(docs)} test cases: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ". "
-        f"Each contender ran {repetitions} time(s) per workload, interleaved, each run on a fresh control plane."
+        f"usher and kube-scheduler ran {repetitions} time(s) per workload, interleaved, the bind limit "
+        f"{limit_repetitions} time(s), each run on a fresh control plane."
         + (" **Smoke-test sizes: the numbers mean nothing.**" if smoke else ""),
         "",
         "- pods/s: median over the runs (min-max) of scheduler_perf's SchedulingThroughput average (1 s samples "

@@ -478,6 +478,9 @@ def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
     return upstream.Options(
         smoke=bool(args.smoke),
         repetitions=args.repetitions if args.repetitions is not None else (1 if args.smoke else upstream.REPETITIONS),
+        limit_repetitions=(
+            args.limit_repetitions if args.limit_repetitions is not None else upstream.LIMIT_REPETITIONS
+        ),
         contenders=keys if args.contender else upstream.CONTENDER_KEYS,
         max_nodes=args.upstream_max_nodes,
         max_pods=args.upstream_max_pods,
@@ -569,6 +572,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     upstream.add_argument(
         "--repetitions", type=int, help="runs per contender and upstream workload, interleaved (default 3; smoke 1)"
+    )
+    upstream.add_argument(
+        "--limit-repetitions",
+        type=int,
+        help="runs of the bind limit per upstream workload, in the first rounds (default 1)",
     )
     upstream.add_argument(
         "--upstream-max-nodes", type=int, default=UPSTREAM_MAX_NODES, help="largest workload run: nodes (%(default)s)"

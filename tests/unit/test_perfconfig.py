@@ -189,7 +189,8 @@ def test_make_bench_runs_the_standard_sizes_and_bench_large_the_rest() -> None:
     chosen = {s.key: s for s in perfconfig.select(_all())}
     assert chosen["SchedulingWithResourceClaimTemplate"].tier == perfconfig.STANDARD  # 500 nodes, 2500 pods
     assert chosen["SchedulingBasic"].tier == perfconfig.STANDARD
-    for large in ("PreemptionBasic", "SharedPodGroupResourceClaim", "GangScheduling", "EventHandlingPodAdd"):
+    assert chosen["GangScheduling"].tier == perfconfig.STANDARD  # 5000 nodes, but the gang workload of make bench
+    for large in ("PreemptionBasic", "SharedPodGroupResourceClaim", "TopologyAwareScheduling", "EventHandlingPodAdd"):
         assert chosen[large].tier == perfconfig.LARGE, large
     standard = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,)))}
     larger = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.LARGE,)))}
@@ -559,6 +560,19 @@ def test_the_report_compares_like_with_like_and_shows_why_a_test_case_did_not_ru
     table = "\n".join(report.upstream_table([doc, refused]))
     assert "| T (misc) | w (stand-in): 5 nodes, 15 pods | ok | 150 | 100 | 50† | 1.50x |" in table
     assert "| R (misc) | w (stand-in): 5 nodes, 15 pods | usher refuses: no gate X |" in table
+
+
+def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only() -> None:
+    from bench.upstream import run_order
+
+    keys = ["usher", "kube-scheduler", "limit"]
+    assert run_order(keys, 3, 1) == [
+        ("usher", 0), ("kube-scheduler", 0), ("limit", 0),
+        ("kube-scheduler", 1), ("usher", 1),
+        ("usher", 2), ("kube-scheduler", 2),
+    ]  # fmt: skip
+    assert [k for k, _ in run_order(keys, 3, 3)].count("limit") == 3
+    assert run_order(["usher"], 2, 1) == [("usher", 0), ("usher", 1)]
 
 
 def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
