@@ -605,3 +605,76 @@ def test_an_added_claim_requeues_the_pods_using_it(pod: PodInfo, added: dict[str
 def test_it_takes_no_args() -> None:
     with pytest.raises(PluginArgsError):
         nodevolumelimits.new({"anything": 1}, FakeHandle())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_attachments_kept_per_node_equal_a_fresh_count_while_pods_claims_pvs_and_limits_change(seed: int) -> None:
+    """Pods with claims come and go on three nodes while claims bind, unbind and vanish, PVs change drivers,
+    the class changes provisioner and CSINode limits move; a long-lived plugin (keeping each node's count)
+    must answer every incoming pod exactly as a fresh one does."""
+    rnd = random.Random(seed)
+    handle = FakeHandle()
+    volumes = handle.volumes
+    kept = nodevolumelimits.new({}, handle)
+    cache = Cache()
+    nodes = [f"n{i}" for i in range(3)]
+    for name in nodes:
+        cache.add_or_update_node(make_node().name(name).obj())
+    claims = [f"c{i}" for i in range(6)]
+    version = iter(range(2, 10_000))
+
+    def event(kind: str, raw: dict[str, Any], deleted: bool = False) -> None:
+        raw["metadata"]["resourceVersion"] = str(next(version))
+        volumes.on_event(kind, deleted, raw)
+
+    event("storageclasses", make_storage_class(CLASS, provisioner=EBS))
+    for claim in claims:
+        event("persistentvolumes", make_pv().name(f"pv-{claim}").claimed_by("default", claim).csi(EBS, claim).obj())
+        event("persistentvolumeclaims", make_pvc().name(claim).storage_class(CLASS).bound(f"pv-{claim}").obj())
+    for name in nodes:
+        event("csinodes", make_csi_node(name, {EBS: 2, GCE: 2}))
+    placed: list[str] = []
+    answers = set()
+    for step in range(200):
+        action = rnd.random()
+        claim = rnd.choice(claims)
+        if action < 0.3:
+            uses = rnd.sample([*claims, ""] if rnd.random() < 0.05 else claims, rnd.choice([1, 2]))
+            builder = make_pod().name(f"p{step}").uid(f"u{step}").node(rnd.choice(nodes))
+            for used in uses:
+                builder.pvc(used)
+            cache.add_or_update_pod(PodInfo.from_api(builder.obj()))
+            placed.append(f"default/p{step}")
+        elif action < 0.45 and placed:
+            cache.remove_pod(placed.pop(rnd.randrange(len(placed))))  # type: ignore[arg-type]
+        elif action < 0.55:
+            bound = make_pvc().name(claim).storage_class(CLASS)
+            event("persistentvolumeclaims", (bound.bound(f"pv-{claim}") if rnd.random() < 0.5 else bound).obj())
+        elif action < 0.6:
+            event("persistentvolumeclaims", make_pvc().name(claim).obj(), deleted=True)
+        elif action < 0.7:
+            pv = make_pv().name(f"pv-{claim}").claimed_by("default", claim)
+            driver = rnd.choice([EBS, GCE, EBS_IN_TREE])  # in-tree EBS counts only while the node has a CSINode
+            if driver == EBS_IN_TREE:
+                pv.source(awsElasticBlockStore={"volumeID": claim})
+            else:
+                pv.csi(driver, claim)
+            event("persistentvolumes", pv.obj())
+        elif action < 0.75:
+            event("storageclasses", make_storage_class(CLASS, provisioner=rnd.choice([EBS, GCE])))
+        elif action < 0.85:
+            name = rnd.choice(nodes)
+            if rnd.random() < 0.8:
+                event("csinodes", make_csi_node(name, {EBS: rnd.randint(1, 4), GCE: rnd.randint(1, 4)}))
+            else:
+                event("csinodes", make_csi_node(name, {}), deleted=True)
+        incoming = pod_using(*rnd.sample(claims, rnd.choice([1, 2])))
+        if any(volumes.watched_claim(f"default/{c['persistentVolumeClaim']['claimName']}") is None
+               for c in incoming.raw["spec"]["volumes"]):  # fmt: skip
+            continue
+        fresh = nodevolumelimits.new({}, handle)
+        for info in cache.node_infos():
+            got, want = run(kept, incoming, info), run(fresh, incoming, info)
+            assert (got.code, got.reasons) == (want.code, want.reasons), f"step {step}, node {info.name}"
+            answers.add(got.code)
+    assert {Code.SUCCESS, Code.UNSCHEDULABLE} <= answers

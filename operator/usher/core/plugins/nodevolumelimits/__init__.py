@@ -23,12 +23,19 @@ node's CSINode ``spec.drivers[].allocatable.count``:
 Over the limit: Unschedulable ``node(s) exceed max volume count`` (deleting or
 preempting a pod frees attachments). PreFilter skips pods with no claim,
 ephemeral or migratable inline volume.
+
+What a node's pods have attached is kept per node for as long as the node's
+generation, its CSINode and every claim, PV and StorageClass the count read
+are the same objects (each watch event makes new ones): a burst of pods with
+claims walks the pods of the node changed since the previous cycle, not every
+pod of the cluster for every node (kube-scheduler walks them, in parallel).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from usher.core.events import ActionType, ClusterEvent, Resource
@@ -96,6 +103,29 @@ def _volumes(pod_raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((pod_raw.get("spec") or {}).get("volumes") or ())
 
 
+Read = tuple[Callable[[str], Any], str, Any]
+"""A lookup the count of a node's attachments made: (the lookup, its key, the object it answered)."""
+
+
+@dataclass(slots=True)
+class _Attached:
+    """What the pods of one node have attached (``driver/handle`` -> driver), or why that cannot be told, and
+    what it was computed from."""
+
+    generation: int
+    csi_node: CsiNode | None
+    reads: list[Read]
+    attached: dict[str, str]
+    problem: str = ""
+
+    def holds(self, node: NodeInfo, csi_node: CsiNode | None) -> bool:
+        return (
+            self.generation == node.generation
+            and self.csi_node is csi_node
+            and all(lookup(key) is seen for lookup, key, seen in self.reads)
+        )
+
+
 class NodeVolumeLimits:
     """Per CSI driver, the node's attach limit (CSINode allocatable count)."""
 
@@ -105,10 +135,15 @@ class NodeVolumeLimits:
         self._volumes = handle.volumes
         self._prefix = volume_id_prefix
         """Prefix of the handles of unbound claims (random, as upstream, so no real handle collides)."""
+        self._kept: dict[str, _Attached] = {}
+        """Node name -> its pods' attachments as last counted."""
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status]:
+        if len(self._kept) > len(nodes):  # nodes deleted since they were counted
+            present = {node.name for node in nodes}
+            self._kept = {name: kept for name, kept in self._kept.items() if name in present}
         for volume in _volumes(pod.raw):
             if (
                 volume.get("persistentVolumeClaim") is not None
@@ -137,12 +172,12 @@ class NodeVolumeLimits:
         limits = {driver: count for driver, count in (csi_node.limits if csi_node else {}).items() if count is not None}
         if not limits:
             return SUCCESS
-        attached: dict[str, str] = {}
-        try:
-            for other in node.pods.values():
-                self._attachable(other.raw, csi_node, new_pod=False, result=attached)
-        except (_ClaimNotFoundError, _VolumesError) as exc:
-            return error(str(exc))
+        kept = self._kept.get(node.name)
+        if kept is None or not kept.holds(node, csi_node):
+            kept = self._kept[node.name] = self._count_attached(node, csi_node)
+        if kept.problem:
+            return error(kept.problem)
+        attached = kept.attached
         attached_count: dict[str, int] = {}
         for unique, driver in attached.items():
             wanted.pop(unique, None)  # a volume already attached for another pod is not attached again
@@ -156,6 +191,16 @@ class NodeVolumeLimits:
                 return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
         return SUCCESS
 
+    def _count_attached(self, node: NodeInfo, csi_node: CsiNode | None) -> _Attached:
+        reads: list[Read] = []
+        kept = _Attached(node.generation, csi_node, reads, {})
+        try:
+            for other in node.pods.values():
+                self._attachable(other.raw, csi_node, new_pod=False, result=kept.attached, reads=reads)
+        except (_ClaimNotFoundError, _VolumesError) as exc:
+            kept.problem = str(exc)
+        return kept
+
     def _driver_on_node(self, driver: str, csi_node: CsiNode | None) -> bool:
         """kube-scheduler's checkCSIDriverOnNode (VolumeLimitScaling): only a CSIDriver that opts in with
         ``preventPodSchedulingIfMissing`` must be registered on the node's CSINode."""
@@ -165,10 +210,16 @@ class NodeVolumeLimits:
         return csi_node is not None and driver in csi_node.limits
 
     def _attachable(
-        self, pod_raw: Mapping[str, Any], csi_node: CsiNode | None, *, new_pod: bool, result: dict[str, str]
+        self,
+        pod_raw: Mapping[str, Any],
+        csi_node: CsiNode | None,
+        *,
+        new_pod: bool,
+        result: dict[str, str],
+        reads: list[Read] | None = None,
     ) -> None:
         """kube-scheduler's filterAttachableVolumes: add the pod's CSI volumes to ``result``
-        (``driver/handle`` -> driver)."""
+        (``driver/handle`` -> driver); every claim, PV and StorageClass looked up is added to ``reads``."""
         meta = pod_raw.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         for volume in _volumes(pod_raw):
@@ -183,7 +234,7 @@ class NodeVolumeLimits:
                 continue
             if not claim_name:
                 raise _VolumesError("PersistentVolumeClaim had no name")
-            claim = self._volumes.watched_claim(f"{namespace}/{claim_name}")
+            claim = _read(reads, self._volumes.watched_claim, f"{namespace}/{claim_name}")
             if claim is None:
                 if not new_pod:
                     continue  # not counted: nothing says the claim belongs to the running pod
@@ -193,7 +244,7 @@ class NodeVolumeLimits:
                 raise _ClaimNotFoundError(what + reason)
             if ephemeral and (why := ephemeral_owner_error(pod_raw, claim)):
                 raise _VolumesError(why)
-            driver, handle = self._driver_info(csi_node, claim)
+            driver, handle = self._driver_info(csi_node, claim, reads)
             if driver and handle:
                 result[f"{driver}/{handle}"] = driver
 
@@ -210,14 +261,14 @@ class NodeVolumeLimits:
             raise _VolumesError(f"converting volume({volume.get('name') or ''}) from inline to csi: {exc}") from exc
         result[f"{plugin.driver}/{handle}"] = plugin.driver
 
-    def _driver_info(self, csi_node: CsiNode | None, claim: Claim) -> tuple[str, str]:
+    def _driver_info(self, csi_node: CsiNode | None, claim: Claim, reads: list[Read] | None) -> tuple[str, str]:
         """kube-scheduler's getCSIDriverInfo: the bound PV's CSI driver and handle (translated for a
         migrated in-tree PV); ("", "") when it does not count."""
         if not claim.volume_name:
-            return self._driver_info_from_class(csi_node, claim)
-        volume = self._volumes.watched_volume(claim.volume_name)
+            return self._driver_info_from_class(csi_node, claim, reads)
+        volume = _read(reads, self._volumes.watched_volume, claim.volume_name)
         if volume is None:  # deleted, or the claim is pre-bound to a PV not created yet
-            return self._driver_info_from_class(csi_node, claim)
+            return self._driver_info_from_class(csi_node, claim, reads)
         csi = (volume.raw.get("spec") or {}).get("csi")
         if csi is not None:
             return str(csi.get("driver") or ""), str(csi.get("volumeHandle") or "")
@@ -230,13 +281,15 @@ class NodeVolumeLimits:
             return "", ""
         return plugin.driver, handle
 
-    def _driver_info_from_class(self, csi_node: CsiNode | None, claim: Claim) -> tuple[str, str]:
+    def _driver_info_from_class(
+        self, csi_node: CsiNode | None, claim: Claim, reads: list[Read] | None
+    ) -> tuple[str, str]:
         """kube-scheduler's getCSIDriverInfoFromSC: the class's provisioner (its CSI driver for a migrated
         in-tree one) and a handle unique to the claim. A claim without a (known) class binds immediately,
         so is bound before it is scheduled: not counted."""
         if not claim.class_name:
             return "", ""
-        storage_class = self._volumes.classes.get(claim.class_name)
+        storage_class = _read(reads, self._volumes.classes.get, claim.class_name)
         if storage_class is None:
             return "", ""
         handle = f"{self._prefix}-{claim.namespace}/{claim.name}"
@@ -253,6 +306,15 @@ class NodeVolumeLimits:
             ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), hint=assigned_pod_deleted),
             ClusterEventWithHint(ClusterEvent(Resource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD), hint=claim_added),
         ]
+
+
+def _read(reads: list[Read] | None, lookup: Callable[[str], Any], key: str) -> Any:
+    """``lookup(key)``, noted in ``reads`` (when counting for a node) so the count is redone once it answers
+    another object."""
+    found = lookup(key)
+    if reads is not None:
+        reads.append((lookup, key, found))
+    return found
 
 
 def _limits(raw: Any) -> dict[str, int]:
