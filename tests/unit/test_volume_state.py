@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.builders import make_pv, make_pvc
+import pytest
+
+from tests.builders import make_pv, make_pvc, make_storage_class
 from usher.core.volumes.model import ANN_SELECTED_NODE
 from usher.core.volumes.state import VolumeState
 
@@ -41,3 +43,27 @@ def test_a_malformed_object_is_recorded_as_broken_and_absent() -> None:
     assert "spec.resources.requests.storage" in state.broken["persistentvolumeclaims/default/c"]
     state.on_event("persistentvolumeclaims", False, make_pvc().name("c").obj())
     assert "persistentvolumeclaims/default/c" not in state.broken
+
+
+def test_watched_changes_are_listed_since_a_version_until_the_log_drops_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from usher.core.volumes import state as state_module
+
+    monkeypatch.setattr(state_module, "WATCHED_LOG", 3)
+    volumes = state_module.VolumeState()
+    start = volumes.version
+    volumes.on_event("persistentvolumeclaims", False, make_pvc().name("a").obj())
+    after_a = volumes.version
+    volumes.assume_claim({**make_pvc().name("a").obj(), "metadata": {"name": "a", "namespace": "default",
+                                                                    "resourceVersion": "9"}})  # fmt: skip
+    volumes.on_event("persistentvolumes", False, make_pv().name("v").obj())
+    assert volumes.watched_changes_since(start) == [("persistentvolumes", "v"), ("persistentvolumeclaims", "default/a")]
+    assert volumes.watched_changes_since(after_a) == [("persistentvolumes", "v")], "assumed copies are not watched"
+    assert volumes.watched_changes_since(volumes.version) == []
+    for name in ("b", "c"):
+        volumes.on_event("storageclasses", False, make_storage_class(name))
+    assert volumes.watched_changes_since(start) is None, "the first event fell out of the log"
+    assert volumes.watched_changes_since(after_a) == [
+        ("storageclasses", "c"),
+        ("storageclasses", "b"),
+        ("persistentvolumes", "v"),
+    ]

@@ -628,6 +628,7 @@ def test_attachments_kept_per_node_equal_a_fresh_count_while_pods_claims_pvs_and
         volumes.on_event(kind, deleted, raw)
 
     event("storageclasses", make_storage_class(CLASS, provisioner=EBS))
+    event("csidrivers", make_csi_driver(EBS, preventPodSchedulingIfMissing=True))  # a node without it rejects
     for claim in claims:
         event("persistentvolumes", make_pv().name(f"pv-{claim}").claimed_by("default", claim).csi(EBS, claim).obj())
         event("persistentvolumeclaims", make_pvc().name(claim).storage_class(CLASS).bound(f"pv-{claim}").obj())
@@ -673,8 +674,11 @@ def test_attachments_kept_per_node_equal_a_fresh_count_while_pods_claims_pvs_and
                for c in incoming.raw["spec"]["volumes"]):  # fmt: skip
             continue
         fresh = nodevolumelimits.new({}, handle)
+        state = CycleState()  # one cycle: PreFilter once, then Filter on every node, as the framework runs them
+        _, pre = kept.pre_filter(state, incoming, cache.node_infos())
+        assert pre.ok
         for info in cache.node_infos():
-            got, want = run(kept, incoming, info), run(fresh, incoming, info)
+            got, want = kept.filter(state, incoming, info), run(fresh, incoming, info)
             assert (got.code, got.reasons) == (want.code, want.reasons), f"step {step}, node {info.name}"
             answers.add(got.code)
     assert {Code.SUCCESS, Code.UNSCHEDULABLE} <= answers

@@ -12,6 +12,7 @@ again.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ from usher.core.volumes.model import (
     parse_csi_node,
     parse_volume,
 )
+
+WATCHED_LOG = 4096
+"""Watch events ``watched_changes_since`` can list (a reader further behind starts afresh)."""
 
 
 def _key(raw: Mapping[str, Any]) -> str:
@@ -56,6 +60,10 @@ class VolumeState:
         self.version = 0
         """Bumped on every change."""
         self._listeners: list[Callable[[], None]] = []
+        self._watched_log: deque[tuple[int, str, str]] = deque()
+        """(version, kind, key) of the latest watch events, oldest first (at most WATCHED_LOG entries)."""
+        self._log_dropped = 0
+        """The version of the newest event dropped from the log."""
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every change (the binding cycle's waiters use it)."""
@@ -65,6 +73,18 @@ class VolumeState:
         self.version += 1
         for listener in self._listeners:
             listener()
+
+    def watched_changes_since(self, version: int) -> list[tuple[str, str]] | None:
+        """(kind, key) of every watched object changed by a watch event after ``version``, newest first;
+        None when some of those events are no longer logged (the caller must assume anything changed)."""
+        if version < self._log_dropped:
+            return None
+        out: list[tuple[str, str]] = []
+        for logged, kind, key in reversed(self._watched_log):
+            if logged <= version:
+                break
+            out.append((kind, key))
+        return out
 
     # ------------------------------------------------------------------ reads
 
@@ -119,6 +139,9 @@ class VolumeState:
         elif kind == "persistentvolumes":
             self._settle(self._assumed_volumes, key, new)
         self._changed()
+        if len(self._watched_log) >= WATCHED_LOG:
+            self._log_dropped = self._watched_log.popleft()[0]
+        self._watched_log.append((self.version, kind, key))
         return old, new
 
     _tables: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {

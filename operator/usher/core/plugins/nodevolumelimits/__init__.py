@@ -25,10 +25,11 @@ preempting a pod frees attachments). PreFilter skips pods with no claim,
 ephemeral or migratable inline volume.
 
 What a node's pods have attached is kept per node for as long as the node's
-generation, its CSINode and every claim, PV and StorageClass the count read
-are the same objects (each watch event makes new ones): a burst of pods with
-claims walks the pods of the node changed since the previous cycle, not every
-pod of the cluster for every node (kube-scheduler walks them, in parallel).
+generation and its CSINode are the same and no watch event changed a claim,
+PV or StorageClass the count looked up (VolumeState's log of watch events
+says which): a burst of pods with claims walks the pods of the node changed
+since the previous cycle, not every pod of the cluster for every node
+(kube-scheduler walks them, in parallel).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ MIGRATION_ON = frozenset({AWS_EBS_PLUGIN, PORTWORX_PLUGIN, GCE_PD_PLUGIN, AZURE_
 GA and locked on; Azure File and vSphere are not in its list)."""
 
 _SKIP = Status(Code.SKIP)
+WANTED_KEY = "Wanted" + NAME
+"""Cycle state: the incoming pod's attachable volumes by whether the node has a CSINode (``_wanted``)."""
 
 
 class VolumeHandle(Protocol):
@@ -103,8 +106,8 @@ def _volumes(pod_raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((pod_raw.get("spec") or {}).get("volumes") or ())
 
 
-Read = tuple[Callable[[str], Any], str, Any]
-"""A lookup the count of a node's attachments made: (the lookup, its key, the object it answered)."""
+Read = tuple[str, str]
+"""A storage object the count of a node's attachments looked up: (VolumeState kind, key)."""
 
 
 @dataclass(slots=True)
@@ -114,16 +117,9 @@ class _Attached:
 
     generation: int
     csi_node: CsiNode | None
-    reads: list[Read]
+    reads: set[Read]
     attached: dict[str, str]
     problem: str = ""
-
-    def holds(self, node: NodeInfo, csi_node: CsiNode | None) -> bool:
-        return (
-            self.generation == node.generation
-            and self.csi_node is csi_node
-            and all(lookup(key) is seen for lookup, key, seen in self.reads)
-        )
 
 
 class NodeVolumeLimits:
@@ -137,19 +133,25 @@ class NodeVolumeLimits:
         """Prefix of the handles of unbound claims (random, as upstream, so no real handle collides)."""
         self._kept: dict[str, _Attached] = {}
         """Node name -> its pods' attachments as last counted."""
+        self._readers: dict[Read, set[str]] = {}
+        """Storage object -> the nodes whose kept count looked it up."""
+        self._synced = self._volumes.version
+        """The storage version whose watch events ``_kept`` has taken in."""
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status]:
         if len(self._kept) > len(nodes):  # nodes deleted since they were counted
             present = {node.name for node in nodes}
-            self._kept = {name: kept for name, kept in self._kept.items() if name in present}
+            for name in [name for name in self._kept if name not in present]:
+                self._forget(name)
         for volume in _volumes(pod.raw):
             if (
                 volume.get("persistentVolumeClaim") is not None
                 or volume.get("ephemeral") is not None
                 or inline_migratable(volume)
             ):
+                state.write(WANTED_KEY, {})
                 return None, SUCCESS
         return None, _SKIP
 
@@ -157,13 +159,9 @@ class NodeVolumeLimits:
         if not _volumes(pod.raw):
             return SUCCESS
         csi_node = self._volumes.csi_nodes.get(node.name)  # none yet: no limits, no migration (as upstream)
-        wanted: dict[str, str] = {}
-        try:
-            self._attachable(pod.raw, csi_node, new_pod=True, result=wanted)
-        except _ClaimNotFoundError as exc:
-            return unschedulable(str(exc), resolvable=False)
-        except _VolumesError as exc:
-            return error(str(exc))
+        wanted = self._wanted(state, pod, csi_node)
+        if isinstance(wanted, Status):
+            return wanted
         if not wanted:
             return SUCCESS
         for driver in wanted.values():
@@ -172,9 +170,11 @@ class NodeVolumeLimits:
         limits = {driver: count for driver, count in (csi_node.limits if csi_node else {}).items() if count is not None}
         if not limits:
             return SUCCESS
+        if self._synced != self._volumes.version:
+            self._sync()
         kept = self._kept.get(node.name)
-        if kept is None or not kept.holds(node, csi_node):
-            kept = self._kept[node.name] = self._count_attached(node, csi_node)
+        if kept is None or kept.generation != node.generation or kept.csi_node is not csi_node:
+            kept = self._count_attached(node, csi_node)
         if kept.problem:
             return error(kept.problem)
         attached = kept.attached
@@ -191,15 +191,60 @@ class NodeVolumeLimits:
                 return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
         return SUCCESS
 
+    def _wanted(self, state: CycleState, pod: PodInfo, csi_node: CsiNode | None) -> dict[str, str] | Status:
+        """The incoming pod's attachable volumes (a copy), or why they cannot be told. They depend on the node
+        only through whether it has a CSINode (migration), so each cycle works them out at most twice."""
+        memo: dict[bool, dict[str, str] | Status] | None = state.get(WANTED_KEY)
+        found = memo.get(csi_node is not None) if memo is not None else None
+        if found is None:
+            wanted: dict[str, str] = {}
+            try:
+                self._attachable(pod.raw, csi_node, new_pod=True, result=wanted)
+                found = wanted
+            except _ClaimNotFoundError as exc:
+                found = unschedulable(str(exc), resolvable=False)
+            except _VolumesError as exc:
+                found = error(str(exc))
+            if memo is not None:
+                memo[csi_node is not None] = found
+        return dict(found) if isinstance(found, dict) else found
+
     def _count_attached(self, node: NodeInfo, csi_node: CsiNode | None) -> _Attached:
-        reads: list[Read] = []
-        kept = _Attached(node.generation, csi_node, reads, {})
+        """Count the node's pods' attachments afresh, and keep the count until the node, its CSINode or a
+        storage object it looked up changes."""
+        self._forget(node.name)
+        kept = self._kept[node.name] = _Attached(node.generation, csi_node, set(), {})
         try:
             for other in node.pods.values():
-                self._attachable(other.raw, csi_node, new_pod=False, result=kept.attached, reads=reads)
+                self._attachable(other.raw, csi_node, new_pod=False, result=kept.attached, reads=kept.reads)
         except (_ClaimNotFoundError, _VolumesError) as exc:
             kept.problem = str(exc)
+        for read in kept.reads:
+            self._readers.setdefault(read, set()).add(node.name)
         return kept
+
+    def _sync(self) -> None:
+        """Forget the counts that looked up a storage object a watch event changed since the last sync."""
+        changes = self._volumes.watched_changes_since(self._synced)
+        self._synced = self._volumes.version
+        if changes is None:  # too far behind to tell what changed
+            self._kept.clear()
+            self._readers.clear()
+            return
+        for change in changes:
+            for name in self._readers.get(change, set()).copy():
+                self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        kept = self._kept.pop(name, None)
+        if kept is None:
+            return
+        for read in kept.reads:
+            readers = self._readers.get(read)
+            if readers is not None:
+                readers.discard(name)
+                if not readers:
+                    del self._readers[read]
 
     def _driver_on_node(self, driver: str, csi_node: CsiNode | None) -> bool:
         """kube-scheduler's checkCSIDriverOnNode (VolumeLimitScaling): only a CSIDriver that opts in with
@@ -216,7 +261,7 @@ class NodeVolumeLimits:
         *,
         new_pod: bool,
         result: dict[str, str],
-        reads: list[Read] | None = None,
+        reads: set[Read] | None = None,
     ) -> None:
         """kube-scheduler's filterAttachableVolumes: add the pod's CSI volumes to ``result``
         (``driver/handle`` -> driver); every claim, PV and StorageClass looked up is added to ``reads``."""
@@ -234,7 +279,7 @@ class NodeVolumeLimits:
                 continue
             if not claim_name:
                 raise _VolumesError("PersistentVolumeClaim had no name")
-            claim = _read(reads, self._volumes.watched_claim, f"{namespace}/{claim_name}")
+            claim = _read(reads, CLAIMS, self._volumes.watched_claim, f"{namespace}/{claim_name}")
             if claim is None:
                 if not new_pod:
                     continue  # not counted: nothing says the claim belongs to the running pod
@@ -261,12 +306,12 @@ class NodeVolumeLimits:
             raise _VolumesError(f"converting volume({volume.get('name') or ''}) from inline to csi: {exc}") from exc
         result[f"{plugin.driver}/{handle}"] = plugin.driver
 
-    def _driver_info(self, csi_node: CsiNode | None, claim: Claim, reads: list[Read] | None) -> tuple[str, str]:
+    def _driver_info(self, csi_node: CsiNode | None, claim: Claim, reads: set[Read] | None) -> tuple[str, str]:
         """kube-scheduler's getCSIDriverInfo: the bound PV's CSI driver and handle (translated for a
         migrated in-tree PV); ("", "") when it does not count."""
         if not claim.volume_name:
             return self._driver_info_from_class(csi_node, claim, reads)
-        volume = _read(reads, self._volumes.watched_volume, claim.volume_name)
+        volume = _read(reads, VOLUMES, self._volumes.watched_volume, claim.volume_name)
         if volume is None:  # deleted, or the claim is pre-bound to a PV not created yet
             return self._driver_info_from_class(csi_node, claim, reads)
         csi = (volume.raw.get("spec") or {}).get("csi")
@@ -282,14 +327,14 @@ class NodeVolumeLimits:
         return plugin.driver, handle
 
     def _driver_info_from_class(
-        self, csi_node: CsiNode | None, claim: Claim, reads: list[Read] | None
+        self, csi_node: CsiNode | None, claim: Claim, reads: set[Read] | None
     ) -> tuple[str, str]:
         """kube-scheduler's getCSIDriverInfoFromSC: the class's provisioner (its CSI driver for a migrated
         in-tree one) and a handle unique to the claim. A claim without a (known) class binds immediately,
         so is bound before it is scheduled: not counted."""
         if not claim.class_name:
             return "", ""
-        storage_class = _read(reads, self._volumes.classes.get, claim.class_name)
+        storage_class = _read(reads, CLASSES, self._volumes.classes.get, claim.class_name)
         if storage_class is None:
             return "", ""
         handle = f"{self._prefix}-{claim.namespace}/{claim.name}"
@@ -308,13 +353,16 @@ class NodeVolumeLimits:
         ]
 
 
-def _read(reads: list[Read] | None, lookup: Callable[[str], Any], key: str) -> Any:
-    """``lookup(key)``, noted in ``reads`` (when counting for a node) so the count is redone once it answers
-    another object."""
-    found = lookup(key)
+CLAIMS, VOLUMES, CLASSES = "persistentvolumeclaims", "persistentvolumes", "storageclasses"
+"""The VolumeState kinds a node's count looks up (as its watch events name them)."""
+
+
+def _read(reads: set[Read] | None, kind: str, lookup: Callable[[str], Any], key: str) -> Any:
+    """``lookup(key)``, noted in ``reads`` (when counting for a node) so the count is redone once a watch event
+    changes that object (or makes it)."""
     if reads is not None:
-        reads.append((lookup, key, found))
-    return found
+        reads.add((kind, key))
+    return lookup(key)
 
 
 def _limits(raw: Any) -> dict[str, int]:
