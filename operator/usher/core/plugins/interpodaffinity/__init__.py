@@ -43,6 +43,7 @@ from usher.core.plugins.interpodaffinity.filtering import (
     EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
     PreFilterState,
     compute_state,
+    existing_signature,
     filter_node,
 )
 from usher.core.plugins.interpodaffinity.filtering import signature as filter_signature
@@ -142,7 +143,8 @@ class InterPodAffinity:
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
         key = filter_signature(pod, terms)
         shares = None if key is None else (self._shares_for((key, "affinity")), self._shares_for((key, "anti")))
-        computed = compute_state(pod, terms, nodes, self._terms, namespace_labels, shares)
+        existing = self._shares_for(existing_signature(pod, namespace_labels(pod.namespace) or {}))
+        computed = compute_state(pod, terms, nodes, self._terms, namespace_labels, shares, existing)
         if not computed.has_work:
             return None, Status(Code.SKIP)
         state.write(PRE_FILTER_STATE_KEY, computed)

@@ -127,23 +127,57 @@ def _count(counts: dict[TopologyPair, int], labels: Mapping[str, str], key: str)
 
 
 def existing_anti_affinity_counts(
-    pod: PodInfo, nodes: Sequence[NodeInfo], cache: TermsCache, pod_ns_labels: Mapping[str, str]
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    cache: TermsCache,
+    pod_ns_labels: Mapping[str, str],
+    shares: NodeShares | None = None,
 ) -> dict[TopologyPair, int]:
-    """Topology pairs where an existing pod's required anti-affinity rejects ``pod``."""
+    """Topology pairs where an existing pod's required anti-affinity rejects ``pod``.
+
+    ``shares``: each node's pairs for pods in this namespace (with these namespace labels), kept from earlier
+    cycles (``existing_signature``); only nodes whose generation moved are walked again, and all of them when
+    the pod's labels differ on a key those terms read."""
+    visited = list(nodes_with_required_anti_affinity_pods(nodes))
+    if shares is not None:
+        shares.refresh(visited, pod.labels, lambda node, read: _existing_entries(pod, node, cache, pod_ns_labels, read))
+        return shares.by_pair()
     counts: dict[TopologyPair, int] = {}
+    for node in visited:
+        for key, value, n in _existing_entries(pod, node, cache, pod_ns_labels):
+            counts[(key, value)] = counts.get((key, value), 0) + n
+    return counts
+
+
+def _existing_entries(
+    pod: PodInfo, node: NodeInfo, cache: TermsCache, pod_ns_labels: Mapping[str, str], read: set[str] | None = None
+) -> list[Entry]:
+    """(topologyKey, the node's value, 1) per required anti-affinity term of a pod on ``node`` that matches
+    ``pod``; ``read`` collects the label keys of ``pod`` those terms looked at."""
 
     def ns_labels_of(_: str) -> Mapping[str, str]:
         return pod_ns_labels
 
-    for node in nodes_with_required_anti_affinity_pods(nodes):
-        labels = node.labels
-        for existing in node.pods.values():
-            if not existing.has_required_anti_affinity:
-                continue
-            for term in cache.get(existing).required_anti_affinity:
-                if term.matches_pod(pod, ns_labels_of):
-                    _count(counts, labels, term.topology_key)
-    return counts
+    labels = node.labels
+    entries: list[Entry] = []
+    for existing in node.pods.values():
+        if not existing.has_required_anti_affinity:
+            continue
+        theirs = cache.get(existing)
+        if read is not None:
+            read.update(theirs.selector_keys)
+        for term in theirs.required_anti_affinity:
+            if term.matches_pod(pod, ns_labels_of):
+                value = labels.get(term.topology_key)
+                if value is not None:
+                    entries.append((term.topology_key, value, 1))
+    return entries
+
+
+def existing_signature(pod: PodInfo, pod_ns_labels: Mapping[str, str]) -> Hashable:
+    """What the existing pods' anti-affinity counts depend on besides the nodes and the pod's labels (which
+    ``NodeShares`` handles): the pod's namespace and that namespace's labels."""
+    return ("existing-anti", pod.namespace, tuple(sorted(pod_ns_labels.items())))
 
 
 def incoming_counts(
@@ -181,13 +215,15 @@ def compute_state(
     cache: TermsCache,
     ns_labels_of: NamespaceLabelsOf,
     shares: tuple[NodeShares, NodeShares] | None = None,
+    existing_shares: NodeShares | None = None,
 ) -> PreFilterState:
     """Everything Filter needs, in one walk over the cluster's pods (O(total pods)).
 
     ``shares`` (affinity, anti-affinity): each node's counts for pods with these required terms, kept from
-    earlier cycles (``signature``); only nodes whose generation moved are walked again."""
+    earlier cycles (``signature``); only nodes whose generation moved are walked again. ``existing_shares``:
+    the same for existing pods' anti-affinity (``existing_signature``)."""
     pod_ns_labels = ns_labels_of(pod.namespace) or {}
-    existing = existing_anti_affinity_counts(pod, nodes, cache, pod_ns_labels)
+    existing = existing_anti_affinity_counts(pod, nodes, cache, pod_ns_labels, existing_shares)
     required, required_anti = terms.required_affinity, terms.required_anti_affinity
     if shares is None or not (required or required_anti):
         affinity, anti = incoming_counts(required, required_anti, nodes, ns_labels_of)
