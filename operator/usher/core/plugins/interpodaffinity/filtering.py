@@ -301,12 +301,18 @@ def violates_existing_anti_affinity(state: PreFilterState, labels: Mapping[str, 
     return False
 
 
+# One Status each for every node that fails alike (Status is immutable; the runtime names it once).
+_AFFINITY_REJECTION = unschedulable(AFFINITY_RULES_NOT_MATCH, resolvable=False)
+_ANTI_AFFINITY_REJECTION = unschedulable(ANTI_AFFINITY_RULES_NOT_MATCH)
+_EXISTING_ANTI_AFFINITY_REJECTION = unschedulable(EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+
+
 def filter_node(state: PreFilterState, node: NodeInfo) -> Status:
     labels = node.labels
     if not satisfies_affinity(state, labels):
-        return unschedulable(AFFINITY_RULES_NOT_MATCH, resolvable=False)
+        return _AFFINITY_REJECTION
     if violates_anti_affinity(state, labels):
-        return unschedulable(ANTI_AFFINITY_RULES_NOT_MATCH)
+        return _ANTI_AFFINITY_REJECTION
     if violates_existing_anti_affinity(state, labels):
-        return unschedulable(EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+        return _EXISTING_ANTI_AFFINITY_REJECTION
     return SUCCESS
