@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -428,3 +429,33 @@ def test_a_gang_whose_shared_claim_is_pinned_to_a_vanished_node_gets_it_back_and
     [again] = claims_in(driver.resource, namespace)
     [result] = again["status"]["allocation"]["devices"]["results"]
     assert result["pool"] == second, "allocated anew where the gang is"
+
+
+def test_an_api_server_without_pod_groups_gets_usher_without_gangs_said_once(tmp_path: Path) -> None:
+    """A control plane of its own that does not serve scheduling.k8s.io/v1beta1 (beta APIs off, as most
+    clusters run): usher starts, says once that it runs without gang scheduling, and schedules pods."""
+    from e2e import controlplane
+
+    plane = controlplane.start(tmp_path / "plane", kcm=False)
+    try:
+        with pytest.raises(controlplane.ApiError) as served:
+            plane.request("GET", "/apis/scheduling.k8s.io/v1beta1")
+        assert served.value.status == 404
+        plane.add_kwok_node("only", cpu="4", memory="8Gi")
+        log = tmp_path / "usher.log"
+        usher = UsherProcess(kubeconfig=plane.kubeconfig, scheduler_name="usher", log_path=log).start()
+        try:
+            plane.request("POST", "/api/v1/namespaces/default/pods", pod_manifest("plain", "usher"))
+
+            def node_of_pod() -> str:
+                return str(plane.request("GET", "/api/v1/namespaces/default/pods/plain")["spec"].get("nodeName") or "")
+
+            wait_for(lambda: node_of_pod() == "only", 60, "the pod bound without gang support")
+        finally:
+            usher.terminate()
+        text = log.read_text()
+        said = "does not serve scheduling.k8s.io/v1beta1 PodGroups: running without gang scheduling"
+        assert text.count(said) == 1, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+    finally:
+        plane.stop()

@@ -541,6 +541,28 @@ async def test_explain_names_the_gangs_topology_and_disruption_mode(gangs: Gangs
     )
 
 
+async def test_explain_names_the_workload_a_pod_group_was_made_from_and_its_controller(gangs: Gangs) -> None:
+    gangs.pod_group("train", 2, workloadRef={"workloadName": "job", "templateName": "workers"})
+    workload = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "job", "namespace": "default", "resourceVersion": "1"},
+        "spec": {
+            "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": "train-job"},
+            "podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}}],
+        },
+    }
+    gangs.scheduler.events.on_workload("ADDED", workload)
+    gangs.member("a")
+    await gangs.idle()
+
+    line = render(explain(gangs.scheduler, PodKey("default/a"))).splitlines()[2]
+    assert "; Workload default/job template workers, controlled by batch/Job train-job" in line, line
+    gangs.scheduler.events.on_workload("DELETED", workload)  # the controller is known only while it is there
+    line = render(explain(gangs.scheduler, PodKey("default/a"))).splitlines()[2]
+    assert "; Workload default/job template workers" in line and "controlled by" not in line, line
+
+
 async def test_explain_shows_the_claims_a_pod_group_shares(gangs: Gangs) -> None:
     raw = gangs.pod_group(
         "train",
