@@ -440,9 +440,11 @@ def selections(options: Options) -> list[Selection]:
 
     Naming a workload runs it even when the size limits would leave it out.
     """
-    chosen = perfconfig.select(perfconfig.load_all(), max_nodes=options.max_nodes, max_pods=options.max_pods)
+    test_cases = perfconfig.load_all()
+    chosen = perfconfig.select(test_cases, max_nodes=options.max_nodes, max_pods=options.max_pods)
     if not options.names:
-        return [s for s in chosen if s.tier in options.tiers]
+        extras = [] if options.smoke else perfconfig.extras(test_cases)
+        return [s for s in (*chosen, *extras) if s.tier in options.tiers]
     by_name = {s.key: s for s in chosen}
     out: list[Selection] = []
     for name in options.names:
@@ -582,7 +584,7 @@ PREEMPTING_PODS_PER_SECOND = 30.0
 
 def previous_run_seconds(plan: Setup, results: Path) -> dict[str, float]:
     """Each contender's mean run seconds in ``results``' last document of this test case and workload, if any."""
-    path = results / result_name(plan.test_case.name)
+    path = results / result_name(plan.selection.key)
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError):

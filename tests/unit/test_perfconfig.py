@@ -194,8 +194,16 @@ def test_make_bench_runs_the_standard_sizes_and_bench_large_the_rest() -> None:
         assert chosen[large].tier == perfconfig.LARGE, large
     standard = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,)))}
     larger = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.LARGE,)))}
-    assert not standard & larger and standard | larger == set(chosen)
+    assert not standard & larger and standard | larger == set(chosen) | {"SchedulingBasic.5000Nodes_10000Pods"}
     assert "PreemptionAsync" in standard and "PreemptionBasic" in larger
+    # SchedulingBasic at 5000 nodes and 10000 pods runs besides its 500-node stand-in, in the large tier only,
+    # under a result name of its own, and never in the smoke test.
+    every = upstream.selections(upstream.Options())
+    extra = [s for s in every if s.extra]
+    assert [(s.key, s.tier) for s in extra] == [("SchedulingBasic.5000Nodes_10000Pods", perfconfig.LARGE)]
+    assert extra[0].bench is not None and perfconfig.size(extra[0].test_case, extra[0].bench).pods == 11000
+    assert "SchedulingBasic.5000Nodes_10000Pods" in larger and "SchedulingBasic" in standard
+    assert not [s for s in upstream.selections(upstream.Options(smoke=True)) if s.extra]
     # Naming a test case runs it whatever its tier.
     named = upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,), names=["PreemptionBasic"]))
     assert [s.key for s in named] == ["PreemptionBasic"]
