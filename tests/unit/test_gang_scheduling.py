@@ -350,11 +350,29 @@ async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(ga
     assert marked(gangs) == {"default/low-n1", "default/low-n2"}
     assert gangs.recorder.workload_preemptions == [("Success", 2)]
     assert gangs.recorder.victims_chosen == [], "scheduler_preemption_victims counts single pods' preemptions only"
+    assert gangs.recorder.disruptions == [("podgroup", 0, 0)], "lone pods evicted: no pod group disrupted"
     assert gangs.recorder.group_attempts == ["unschedulable"], "it waits for its victims to go"
     nominator = gangs.scheduler.queue.nominator
     assert {nominator.node_of(PodKey(f"default/m{i}")) for i in range(2)} == {"n1", "n2"}
     assert gangs.failed_notes("m0")[0].endswith("preemption: found a placement for podgroup, preempting 2 victims")
     assert gangs.scheduler.cache.node("n1").pods and gangs.scheduler.cache.node("n2").pods, "the cache is restored"
+
+
+async def test_a_gang_evicting_a_group_disrupted_as_a_whole_counts_one_workload_disruption(gangs: Gangs) -> None:
+    for node in ("n1", "n2"):
+        gangs.nodes(node, cpu="2")
+    gangs.pod_group("old", 2, priority=1, disruptionMode={"all": {}})
+    for i, node in enumerate(("n1", "n2")):
+        gangs.pod(make_pod().name(f"old-{i}").uid(f"uid-old-{i}").group("old").node(node).req(cpu="2").obj())
+    gangs.pod_group("train", 2, priority=100)
+    for i in range(2):
+        gangs.member(f"m{i}", cpu="2", priority=100)
+
+    await gangs.until(lambda: gangs.recorder.workload_preemptions != [], "the gang preempts")
+
+    assert marked(gangs) == {"default/old-0", "default/old-1"}
+    assert gangs.recorder.workload_preemptions == [("Success", 2)]
+    assert gangs.recorder.disruptions == [("podgroup", 0, 1)], "one unit: the whole old group"
 
 
 async def test_a_gang_retried_while_its_victims_go_does_not_preempt_again(gangs: Gangs) -> None:

@@ -82,3 +82,20 @@ def test_the_hot_path_histograms_expose_what_prometheus_clients_histogram_would(
     ours = samples(text_string_to_metric_families(metrics.exposition().decode()))
     theirs = samples(reference.collect())
     assert ours == theirs and len(ours) == 3 * (21 + 2)
+
+
+def test_preemption_disruptions_are_counted_under_kube_schedulers_names_only_when_there_are_any() -> None:
+    metrics = Metrics()
+    metrics.preemption_disruptions("pod", 0, 0)
+    metrics.preemption_disruptions("pod", 2, 0)
+    metrics.preemption_disruptions("podgroup", 1, 3)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        for s in family.samples
+    }
+    assert samples[("scheduler_preemption_pdb_violations_total", (("preemptor", "pod"),))] == 2
+    assert samples[("scheduler_preemption_pdb_violations_total", (("preemptor", "podgroup"),))] == 1
+    assert samples[("scheduler_preemption_workload_disruptions_count", (("preemptor", "podgroup"),))] == 1
+    assert samples[("scheduler_preemption_workload_disruptions_sum", (("preemptor", "podgroup"),))] == 3
+    assert ("scheduler_preemption_workload_disruptions_count", (("preemptor", "pod"),)) not in samples

@@ -89,6 +89,7 @@ class RecordingRecorder:
     group_attempts: list[str] = field(default_factory=list)
     placements: list[tuple[int, int]] = field(default_factory=list)
     workload_preemptions: list[tuple[str, int]] = field(default_factory=list)
+    disruptions: list[tuple[str, int, int]] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -110,6 +111,9 @@ class RecordingRecorder:
 
     def preemption_finished(self, result: str, seconds: float) -> None:
         self.preemptions_finished.append(result)
+
+    def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
+        self.disruptions.append((preemptor, budget_violations, group_disruptions))
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         self.group_attempts.append(result)
@@ -377,6 +381,7 @@ async def test_a_higher_priority_pod_preempts_is_nominated_and_the_victim_is_mar
     await harness.until(lambda: harness.recorder.attempts != [], "the preemptor's attempt fails")
 
     assert harness.recorder.preemption_attempts == 1 and harness.recorder.victims_chosen == [1]
+    assert harness.recorder.disruptions == [("pod", 0, 0)], "no budget broken, no pod group disrupted"
     assert harness.scheduler.queue.nominator.node_of(high) == "n1"
     patches = [c for c in harness.writer.calls if c.call_type == "pod_status_patch"]
     victim_patch = next(c for c in patches if c.object_key == low).build(None)

@@ -233,6 +233,20 @@ class Metrics:
             buckets=exponential_buckets(1, 2, 11),
             registry=r,
         )
+        self.preemption_pdb_violations = Counter(
+            "scheduler_preemption_pdb_violations",
+            "Total number of pod disruption budget violations caused by preemption.",
+            ["preemptor"],
+            registry=r,
+        )
+        self.preemption_workload_disruptions = Histogram(
+            "scheduler_preemption_workload_disruptions",
+            "Number of workload preemption units being preempted. A single preemption unit can be all pods in a "
+            "pod group (in case of DisruptionMode=all), or a single pod (in case of DisruptionMode=single).",
+            ["preemptor"],
+            buckets=exponential_buckets(1, 2, 11),
+            registry=r,
+        )
         self.preemption_victims = Histogram(
             "scheduler_preemption_victims",
             "Number of selected preemption victims for preemption initiated by a single pod",
@@ -370,6 +384,12 @@ class Metrics:
     def preemption_finished(self, result: str, seconds: float) -> None:
         self.preemption_goroutines_execution.labels(result).inc()
         self.preemption_goroutines_duration.labels(result).observe(seconds)
+
+    def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
+        if budget_violations > 0:
+            self.preemption_pdb_violations.labels(preemptor).inc(budget_violations)
+        if group_disruptions > 0:
+            self.preemption_workload_disruptions.labels(preemptor).observe(group_disruptions)
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         self.child(self.podgroup_schedule_attempts, result, profile).inc()

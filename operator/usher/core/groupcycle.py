@@ -34,7 +34,14 @@ from usher.core.cycle import NodeSampler, ScheduleResult, schedule
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import MAX_NODE_SCORE, PlacementProgress
 from usher.core.framework.runtime import Framework
-from usher.core.plugins.defaultpreemption.victims import Budgets, Units, Victim, importance, split_by_budgets
+from usher.core.plugins.defaultpreemption.victims import (
+    GROUP_RANK,
+    Budgets,
+    Units,
+    Victim,
+    importance,
+    split_by_budgets,
+)
 from usher.core.podgroups import PodGroup
 from usher.core.types import Code, NodeName, PodInfo, PodKey, Status, error
 
@@ -226,6 +233,8 @@ class GroupPreemption:
     """Each member placed in the dry run, and its node (kube's ModeOverride nominations)."""
     victims: tuple[PodInfo, ...] = ()
     budget_violations: int = 0
+    group_disruptions: int = 0
+    """Victims that are pod groups' (kube's NumPodGroupDisruptions: scheduler_preemption_workload_disruptions)."""
     ongoing: bool = False
     """The members' nominated nodes still have victims terminating: nothing new is evicted."""
 
@@ -289,7 +298,8 @@ def preempt_for_group(
     nominations = {m.pod.key: m.result.node for m in placed if m.result.node is not None}
     victims = tuple(pod for victim in evicted for pod in victim.pods)
     message = f"found a placement for podgroup, preempting {len(victims)} victims"
-    return GroupPreemption(Status(Code.SUCCESS, (message,)), nominations, victims, violations)
+    groups = sum(1 for victim in evicted if victim.rank == GROUP_RANK)
+    return GroupPreemption(Status(Code.SUCCESS, (message,)), nominations, victims, violations, groups)
 
 
 def _ongoing(

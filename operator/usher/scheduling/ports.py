@@ -64,6 +64,11 @@ class SchedulingRecorder(Protocol):
         all returned (``result`` success or error)."""
         ...
 
+    def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
+        """scheduler_preemption_pdb_violations_total and scheduler_preemption_workload_disruptions (each only
+        when above 0) for the victims one preemptor evicts; ``preemptor`` is pod or podgroup."""
+        ...
+
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         """scheduler_podgroup_schedule_attempts_total and scheduler_podgroup_scheduling_attempt_duration_seconds;
         ``result`` is scheduled, unschedulable or error."""
@@ -105,6 +110,9 @@ class SilentRecorder:
         pass
 
     def preemption_finished(self, result: str, seconds: float) -> None:
+        pass
+
+    def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
         pass
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:

@@ -154,6 +154,7 @@ class Preemptor:
         self._clear_lower_nominations(pod, node)
         self._queue.nominate(pod, node)
         self._recorder.preemption_victims_chosen(len(result.victims))
+        self._recorder.preemption_disruptions("pod", result.budget_violations, 0)
         self._evict(pod, node, result.victims, profile, result.status.plugin or DEFAULT_PREEMPTION)
 
     def group_post_filter(
@@ -183,6 +184,7 @@ class Preemptor:
         )
         if not evicting:
             return outcome
+        self._recorder.preemption_disruptions("podgroup", outcome.budget_violations, outcome.group_disruptions)
         by_key = {pod.key: pod for pod in pods}
         members = [(by_key[key], node) for key, node in outcome.nominations.items() if key in by_key]
         for pod, node in members:

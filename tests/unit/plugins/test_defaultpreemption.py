@@ -164,6 +164,20 @@ def test_a_node_whose_eviction_breaks_no_budget_wins_over_a_cheaper_one_that_doe
     assert result.nominated_node == "n2" and victims(result) == ["free"]
 
 
+def test_when_every_choice_breaks_a_budget_the_result_counts_the_violations() -> None:
+    cluster = Cluster(default=[budget("guard", 0, app="guarded")])
+    cluster.node("n1", cpu="2")
+    cluster.running("guarded", "n1", 1, cpu="2", app="guarded")
+
+    result = cluster.preempt(preemptor(cpu="2"))
+
+    assert result.nominated_node == "n1" and victims(result) == ["guarded"] and result.budget_violations == 1
+    free = Cluster()
+    free.node("n1", cpu="2")
+    free.running("plain", "n1", 1, cpu="2")
+    assert free.preempt(preemptor(cpu="2")).budget_violations == 0
+
+
 def test_budget_protected_pods_are_reprieved_first_on_a_node() -> None:
     cluster = Cluster(default=[budget("guard", 0, app="guarded")])
     cluster.node("n1", cpu="2")

@@ -127,6 +127,8 @@ class PostFilterResult:
     victims: tuple[PodInfo, ...] = ()
     clear_nomination: bool = False
     """No node can take the pod even with preemption: drop its nomination (kube's ModeOverride with "")."""
+    budget_violations: int = 0
+    """Victims whose eviction breaks a PodDisruptionBudget (scheduler_preemption_pdb_violations_total)."""
 
 
 class NominatedPods(Protocol):

@@ -14,7 +14,7 @@ import itertools
 import operator
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from usher.core.events import ActionType, ClusterEvent, Resource
@@ -381,12 +381,7 @@ class Framework:
                 plugin.name, "PostFilter", status_label(answer.status), self._timer() - plugin_started
             )
             if answer.status.ok or answer.status.code in (Code.ERROR, Code.UNSCHEDULABLE_AND_UNRESOLVABLE):
-                result = PostFilterResult(
-                    answer.status.with_plugin(plugin.name),
-                    answer.nominated_node,
-                    answer.victims,
-                    answer.clear_nomination,
-                )
+                result = replace(answer, status=answer.status.with_plugin(plugin.name))
                 break
             reasons.extend(answer.status.reasons)
             rejector = rejector or plugin.name
@@ -395,6 +390,7 @@ class Framework:
                 answer.nominated_node or result.nominated_node,
                 answer.victims or result.victims,
                 answer.clear_nomination or result.clear_nomination,
+                answer.budget_violations or result.budget_violations,
             )
         label = status_label(result.status)
         self._recorder.extension_point("PostFilter", label, self.scheduler_name, self._timer() - started)

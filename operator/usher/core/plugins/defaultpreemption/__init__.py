@@ -115,7 +115,9 @@ class DefaultPreemption:
         status = result.status
         if status.message:
             status = Status(status.code, (PREFIX + status.message,), status.plugin, status.cause)
-        return PostFilterResult(status, result.nominated_node, result.victims, result.clear_nomination)
+        return PostFilterResult(
+            status, result.nominated_node, result.victims, result.clear_nomination, result.budget_violations
+        )
 
     def _preempt(
         self,
@@ -143,7 +145,9 @@ class DefaultPreemption:
             )
         best = pick_one(candidates)
         message = f"found a potential placement for pod on node {best.node}, preempting {len(best.victims)} victims"
-        return PostFilterResult(Status(Code.SUCCESS, (message,)), best.node, best.victims)
+        return PostFilterResult(
+            Status(Code.SUCCESS, (message,)), best.node, best.victims, budget_violations=best.budget_violations
+        )
 
     def _ineligible(self, pod: PodInfo, statuses: Mapping[str, Status], nodes: Sequence[NodeInfo]) -> str:
         """Why ``pod`` may not preempt now ("" if it may): kube's PodEligibleToPreemptOthers."""
