@@ -411,6 +411,7 @@ async def run(options: RunOptions) -> None:
         pod_groups_served=watching.POD_GROUPS in served,
     )
     metrics.watch_queue(scheduler.queue)
+    metrics.watch_cache(scheduler.cache)
 
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()

@@ -136,6 +136,7 @@ async def test_a_gang_that_fits_is_bound_whole_and_its_pod_group_says_so(gangs: 
 
     assert gangs.bound() == ["a", "b", "c"]
     assert gangs.recorder.attempts == [("scheduled", "usher")] * 3
+    assert gangs.recorder.permit_waits == ["Success"] * 2, "the first two waited at Permit for the third"
     [condition] = gangs.group_conditions()
     assert (condition["type"], condition["status"], condition["reason"]) == (
         "PodGroupInitiallyScheduled",

@@ -84,11 +84,12 @@ def test_the_hot_path_histograms_expose_what_prometheus_clients_histogram_would(
     assert ours == theirs and len(ours) == 3 * (21 + 2)
 
 
-def test_preemption_disruptions_are_counted_under_kube_schedulers_names_only_when_there_are_any() -> None:
+def test_preemption_disruptions_and_permit_waits_are_recorded_under_kube_schedulers_names() -> None:
     metrics = Metrics()
     metrics.preemption_disruptions("pod", 0, 0)
     metrics.preemption_disruptions("pod", 2, 0)
     metrics.preemption_disruptions("podgroup", 1, 3)
+    metrics.permit_waited("Success", 0.003)
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(metrics.exposition().decode())
@@ -99,3 +100,28 @@ def test_preemption_disruptions_are_counted_under_kube_schedulers_names_only_whe
     assert samples[("scheduler_preemption_workload_disruptions_count", (("preemptor", "podgroup"),))] == 1
     assert samples[("scheduler_preemption_workload_disruptions_sum", (("preemptor", "podgroup"),))] == 3
     assert ("scheduler_preemption_workload_disruptions_count", (("preemptor", "pod"),)) not in samples
+    assert samples[("scheduler_permit_wait_duration_seconds_count", (("result", "Success"),))] == 1
+
+
+def test_the_cache_size_gauge_reads_the_caches_nodes_pods_and_assumed_pods_at_scrape_time() -> None:
+    from tests.builders import make_node, make_pod
+    from usher.core.cache import Cache
+    from usher.core.types import NodeName, PodInfo
+
+    metrics = Metrics()
+    cache = Cache()
+    metrics.watch_cache(cache)
+
+    def sizes() -> dict[str, float]:
+        return {
+            s.labels["type"]: s.value
+            for family in text_string_to_metric_families(metrics.exposition().decode())
+            for s in family.samples
+            if s.name == "scheduler_cache_size"
+        }
+
+    assert sizes() == {"assumed_pods": 0, "pods": 0, "nodes": 0}
+    cache.add_or_update_node(make_node().name("n1").obj())
+    cache.add_or_update_pod(PodInfo.from_api(make_pod().name("bound").node("n1").obj()))
+    cache.assume(PodInfo.from_api(make_pod().name("assumed").obj()), NodeName("n1"))
+    assert sizes() == {"assumed_pods": 1, "pods": 2, "nodes": 1}

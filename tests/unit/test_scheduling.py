@@ -90,6 +90,7 @@ class RecordingRecorder:
     placements: list[tuple[int, int]] = field(default_factory=list)
     workload_preemptions: list[tuple[str, int]] = field(default_factory=list)
     disruptions: list[tuple[str, int, int]] = field(default_factory=list)
+    permit_waits: list[str] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -114,6 +115,9 @@ class RecordingRecorder:
 
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
         self.disruptions.append((preemptor, budget_violations, group_disruptions))
+
+    def permit_waited(self, result: str, seconds: float) -> None:
+        self.permit_waits.append(result)
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         self.group_attempts.append(result)

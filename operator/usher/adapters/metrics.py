@@ -43,9 +43,16 @@ class QueueState(Protocol):
     def in_flight_event_counts(self) -> Mapping[str, int]: ...
 
 
+class CacheState(Protocol):
+    """What the scheduler cache exposes for scheduler_cache_size, read at scrape time."""
+
+    def sizes(self) -> dict[str, int]: ...
+
+
 class _QueueCollector(Collector):
     def __init__(self) -> None:
         self.queues: list[QueueState] = []
+        self.caches: list[CacheState] = []
 
     def collect(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily(
@@ -86,6 +93,19 @@ class _QueueCollector(Collector):
         for event, count in sorted(inflight.items()):
             events.add_metric([event], count)
         yield events
+        if self.caches:
+            sizes = GaugeMetricFamily(
+                "scheduler_cache_size",
+                "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+                labels=["type"],
+            )
+            totals = {"assumed_pods": 0, "pods": 0, "nodes": 0}
+            for cache in self.caches:
+                for kind, count in cache.sizes().items():
+                    totals[kind] = totals.get(kind, 0) + count
+            for kind, count in totals.items():
+                sizes.add_metric([kind], count)
+            yield sizes
 
 
 _CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
@@ -233,6 +253,13 @@ class Metrics:
             buckets=exponential_buckets(1, 2, 11),
             registry=r,
         )
+        self.permit_wait_duration = Histogram(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            ["result"],
+            buckets=exponential_buckets(0.001, 2, 15),
+            registry=r,
+        )
         self.preemption_pdb_violations = Counter(
             "scheduler_preemption_pdb_violations",
             "Total number of pod disruption budget violations caused by preemption.",
@@ -363,6 +390,10 @@ class Metrics:
         """Report this queue's gauges (pending_pods, unschedulable_pods, inflight_events) at scrape time."""
         self._queues.queues.append(queue)
 
+    def watch_cache(self, cache: CacheState) -> None:
+        """Report the cache's sizes (scheduler_cache_size) at scrape time."""
+        self._queues.caches.append(cache)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -384,6 +415,9 @@ class Metrics:
     def preemption_finished(self, result: str, seconds: float) -> None:
         self.preemption_goroutines_execution.labels(result).inc()
         self.preemption_goroutines_duration.labels(result).observe(seconds)
+
+    def permit_waited(self, result: str, seconds: float) -> None:
+        self.child(self.permit_wait_duration, result).observe(seconds)
 
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
         if budget_violations > 0:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from usher.core.cache import Cache
 from usher.core.clock import Clock
 from usher.core.events import ASSIGNED_POD_DELETE
+from usher.core.framework.runtime import status_label
 from usher.core.queue import SchedulingQueue
 from usher.core.types import Cause, Code, Status
 from usher.scheduling.failures import SchedulingFailures
@@ -71,6 +72,7 @@ class BindingCycle:
         framework, state, node = assumed.framework, assumed.state, assumed.node
         status = Status()
         if assumed.permit is not None:
+            waited_from = self._timer()
             try:
                 async with asyncio.timeout(assumed.permit.timeout):
                     status = await assumed.permit.future
@@ -81,6 +83,7 @@ class BindingCycle:
                 )
             finally:
                 self._waiting_pods.release(pod.key, assumed.permit.future)
+            self._recorder.permit_waited(status_label(status), self._timer() - waited_from)
         if status.ok:
             status = await framework.run_pre_bind(state, pod, node)
         gang = assumed.gang

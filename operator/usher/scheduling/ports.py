@@ -64,6 +64,11 @@ class SchedulingRecorder(Protocol):
         all returned (``result`` success or error)."""
         ...
 
+    def permit_waited(self, result: str, seconds: float) -> None:
+        """scheduler_permit_wait_duration_seconds: a pod held at Permit until allowed, rejected or timed out
+        (``result`` the status code, as kube-scheduler names it)."""
+        ...
+
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
         """scheduler_preemption_pdb_violations_total and scheduler_preemption_workload_disruptions (each only
         when above 0) for the victims one preemptor evicts; ``preemptor`` is pod or podgroup."""
@@ -113,6 +118,9 @@ class SilentRecorder:
         pass
 
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
+        pass
+
+    def permit_waited(self, result: str, seconds: float) -> None:
         pass
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:

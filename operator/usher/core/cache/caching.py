@@ -319,6 +319,11 @@ class Cache:
         node = self._pod_nodes.get(key)
         return self._nodes.get(node) if node is not None else None
 
+    def sizes(self) -> dict[str, int]:
+        """kube-scheduler's scheduler_cache_size: nodes (with placeholders for deleted nodes that still count
+        pods), pods counted (bound or assumed), and of those the assumed."""
+        return {"assumed_pods": len(self._assumed), "pods": len(self._pod_nodes), "nodes": len(self._nodes)}
+
     @property
     def node_count(self) -> int:
         return sum(1 for i in self._nodes.values() if i.exists)
