@@ -549,6 +549,23 @@ async def test_without_pod_groups_served_every_pod_is_scheduled_on_its_own() -> 
             await task
 
 
+async def test_a_topology_constrained_gang_lands_in_the_rack_that_fits_and_each_placement_is_timed(
+    gangs: Gangs,
+) -> None:
+    for name, rack, cpu in (("n1", "a", "2"), ("n2", "b", "2"), ("n3", "b", "2")):
+        node = make_node().name(name).label("rack", rack).capacity(cpu=cpu, memory="4Gi", pods=110).obj()
+        gangs.scheduler.events.on_node("ADDED", node)
+    gangs.pod_group("train", 2, schedulingConstraints={"topology": [{"key": "rack"}]})
+    for name in ("a", "b"):
+        gangs.member(name, cpu="2")
+
+    await gangs.until(lambda: len(gangs.recorder.scheduled) == 2, "the gang is bound")
+
+    assert sorted(node for _, node in gangs.binder.calls) == ["n2", "n3"], "rack b, the one that takes both"
+    assert gangs.recorder.placements == [(2, 1)]
+    assert sorted(gangs.recorder.placement_times) == ["feasible", "infeasible"]
+
+
 async def test_explain_names_the_gangs_topology_and_disruption_mode(gangs: Gangs) -> None:
     gangs.pod_group("train", 3, schedulingConstraints={"topology": [{"key": "rack"}]}, disruptionMode={"all": {}})
     gangs.member("a")

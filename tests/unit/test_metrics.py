@@ -90,6 +90,7 @@ def test_preemption_disruptions_and_permit_waits_are_recorded_under_kube_schedul
     metrics.preemption_disruptions("pod", 2, 0)
     metrics.preemption_disruptions("podgroup", 1, 3)
     metrics.permit_waited("Success", 0.003)
+    metrics.placement_timed("feasible", "usher", 0.002)
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(metrics.exposition().decode())
@@ -101,6 +102,11 @@ def test_preemption_disruptions_and_permit_waits_are_recorded_under_kube_schedul
     assert samples[("scheduler_preemption_workload_disruptions_sum", (("preemptor", "podgroup"),))] == 3
     assert ("scheduler_preemption_workload_disruptions_count", (("preemptor", "pod"),)) not in samples
     assert samples[("scheduler_permit_wait_duration_seconds_count", (("result", "Success"),))] == 1
+    placement = (
+        "scheduler_placement_evaluation_duration_seconds_count",
+        (("profile", "usher"), ("result", "feasible")),
+    )
+    assert samples[placement] == 1
 
 
 def test_the_cache_size_gauge_reads_the_caches_nodes_pods_and_assumed_pods_at_scrape_time() -> None:

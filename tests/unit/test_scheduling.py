@@ -91,6 +91,7 @@ class RecordingRecorder:
     workload_preemptions: list[tuple[str, int]] = field(default_factory=list)
     disruptions: list[tuple[str, int, int]] = field(default_factory=list)
     permit_waits: list[str] = field(default_factory=list)
+    placement_times: list[str] = field(default_factory=list)
 
     def algorithm_finished(self, seconds: float) -> None:
         self.algorithm_runs += 1
@@ -118,6 +119,9 @@ class RecordingRecorder:
 
     def permit_waited(self, result: str, seconds: float) -> None:
         self.permit_waits.append(result)
+
+    def placement_timed(self, result: str, profile: str, seconds: float) -> None:
+        self.placement_times.append(result)
 
     def pod_group_attempt_finished(self, result: str, profile: str, seconds: float) -> None:
         self.group_attempts.append(result)

@@ -241,6 +241,14 @@ class Metrics:
             ["result", "profile"],
             registry=r,
         )
+        self.placement_evaluation_duration = Histogram(
+            "scheduler_placement_evaluation_duration_seconds",
+            "Latency in seconds of evaluating a single candidate placement when scheduling pod groups, by result. "
+            "'feasible' means the pod group fit into the placement, while 'infeasible' means it did not.",
+            ["result", "profile"],
+            buckets=exponential_buckets(0.001, 2, 15),
+            registry=r,
+        )
         self.workload_preemption_attempts = Counter(
             "scheduler_workload_preemption_attempts",
             "Total preemption attempts initiated by workload (including pod groups) in the cluster till now.",
@@ -438,6 +446,9 @@ class Metrics:
             self.placement_evaluations.labels("feasible", profile).inc(feasible)
         if generated - feasible:
             self.placement_evaluations.labels("infeasible", profile).inc(generated - feasible)
+
+    def placement_timed(self, result: str, profile: str, seconds: float) -> None:
+        self.child(self.placement_evaluation_duration, result, profile).observe(seconds)
 
     def workload_preemption_attempted(self, result: str, victims: int) -> None:
         self.workload_preemption_attempts.labels(result).inc()

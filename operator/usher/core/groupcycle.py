@@ -85,6 +85,8 @@ class GroupSimulation:
     _reverts: list[Callable[[], None]] = field(default_factory=list)
     placements: tuple[int, int] = (0, 0)
     """(placements generated, of which feasible) when a topology constraint made them; else (0, 0)."""
+    placement_seconds: list[tuple[bool, float]] = field(default_factory=list)
+    """(feasible, seconds) of each placement evaluated (scheduler_placement_evaluation_duration_seconds)."""
 
     @property
     def placed(self) -> list[MemberOutcome]:
@@ -429,6 +431,7 @@ def place_group(
     sampler: NodeSampler | None = None,
     nominated: Callable[[PodInfo], str | None] = lambda pod: None,
     topology: bool = True,
+    timer: Callable[[], float] | None = None,
 ) -> tuple[GroupSimulation, bool]:
     """The group's placement algorithm: `simulate_group` on every node, or, for a group with a topology
     constraint (``topology``: TopologyAwareWorkloadScheduling on), once per domain, each reverted, and the
@@ -454,10 +457,15 @@ def place_group(
         return GroupSimulation(group, Status(Code.UNSCHEDULABLE, (why,)), [], list(pods), scheduled), False
     first: GroupSimulation | None = None
     fitting: list[tuple[GroupSimulation, NodeList]] = []
+    timed: list[tuple[bool, float]] = []
     for _, nodes in domains:
+        started = timer() if timer is not None else 0.0
         simulation = run(nodes=nodes)
         simulation.revert()
+        if timer is not None:
+            timed.append((simulation.status.ok, timer() - started))
         if simulation.status.code is Code.ERROR:
+            simulation.placement_seconds = timed
             return simulation, False
         first = first or simulation
         if simulation.status.ok:
@@ -467,6 +475,7 @@ def place_group(
         why = f"0/{len(domains)} placements are available, first placement status: {first.status.message}"
         first.status = Status(Code.UNSCHEDULABLE, (why,), first.status.plugin)
         first.placements = (len(domains), 0)
+        first.placement_seconds = timed
         return first, False
     if len(fitting) == 1:
         chosen = fitting[0][0]
@@ -477,6 +486,7 @@ def place_group(
         if not status.ok:
             simulation = fitting[0][0]
             simulation.status = status
+            simulation.placement_seconds = timed
             return simulation, False
         counts = [s.scheduled_before + len(s.placed) for s, _ in fitting]
         most = max(counts)
@@ -485,4 +495,5 @@ def place_group(
         best = max(totals)
         chosen = rng.choice([s for (s, _), total in zip(fitting, totals, strict=True) if total == best])
     chosen.placements = (len(domains), len(fitting))
+    chosen.placement_seconds = timed
     return chosen, False

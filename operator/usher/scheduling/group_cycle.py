@@ -120,6 +120,7 @@ class PodGroupCycle:
         place = partial(
             place_group, framework, group, pods, self._cache, scheduled=state.scheduled_count,
             new_state=self._new_state, rng=self._rng, sampler=self._sampler, topology=self._topology,
+            timer=self._timer,
         )  # fmt: skip
         simulation, still_assumed = place(
             nominated=lambda pod: self._queue.nominator.node_of(pod.key) or pod.nominated_node_name or None
@@ -129,6 +130,8 @@ class PodGroupCycle:
         self._recorder.pod_group_algorithm_finished(elapsed)
         if simulation.placements[0]:
             self._recorder.placements_evaluated(framework.scheduler_name, *simulation.placements)
+        for feasible, seconds in simulation.placement_seconds:
+            self._recorder.placement_timed("feasible" if feasible else "infeasible", framework.scheduler_name, seconds)
         if simulation.status.code is Code.ERROR:
             simulation.revert()
             self._error(members, framework, started, simulation.status.message, group)

@@ -87,6 +87,11 @@ class SchedulingRecorder(Protocol):
         """scheduler_generated_placements_total and scheduler_placement_evaluations_total (TopologyAware)."""
         ...
 
+    def placement_timed(self, result: str, profile: str, seconds: float) -> None:
+        """scheduler_placement_evaluation_duration_seconds: one candidate placement simulated (``result``
+        feasible or infeasible)."""
+        ...
+
     def workload_preemption_attempted(self, result: str, victims: int) -> None:
         """scheduler_workload_preemption_attempts_total (``result``: the PostFilter status code, as
         kube-scheduler names it) and, when it evicts, scheduler_workload_preemption_victims."""
@@ -130,6 +135,9 @@ class SilentRecorder:
         pass
 
     def placements_evaluated(self, profile: str, generated: int, feasible: int) -> None:
+        pass
+
+    def placement_timed(self, result: str, profile: str, seconds: float) -> None:
         pass
 
     def workload_preemption_attempted(self, result: str, victims: int) -> None:
