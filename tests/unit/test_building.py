@@ -174,3 +174,19 @@ def test_placement_score_plugins_come_from_multi_point_with_its_weights_and_may_
         fw = build_framework(off, registry=in_tree_registry(), handle=FakeHandle())
         assert fw.plugins.placement_score == [], disabled
         assert "NodeResourcesFit" in [p.name for p, _ in fw.plugins.score], "only that point loses it"
+
+
+@pytest.mark.parametrize(
+    ("point", "name", "counted"),
+    [
+        (None, "", True),
+        ("placementScore", "PodGroupPodsCount", False),
+        ("multiPoint", "PodGroupPodsCount", False),
+        ("placementScore", "*", False),
+        ("placementScore", "NodeResourcesFit", True),
+    ],
+)
+def test_pod_group_pods_count_scores_placements_unless_disabled(point: str | None, name: str, counted: bool) -> None:
+    plugins = {point: PluginList(disabled=(PluginRef(name),))} if point else {}
+    fw = build_framework(profile(**plugins), registry=in_tree_registry(), handle=FakeHandle())
+    assert fw.plugins.pod_group_pods_count is counted

@@ -339,6 +339,22 @@ def test_of_the_domains_that_fit_the_fuller_one_wins_as_kube_scheduler_packs_gan
     assert chosen == {"n1"}
 
 
+def test_with_pod_group_pods_count_disabled_a_domain_placing_fewer_members_may_win() -> None:
+    """Rack a (one roomy node) takes all 3 members, rack b (a fuller node) 2; the gang needs 2. With
+    PodGroupPodsCount rack a wins (100 + Fit's 28 against 66 + 53); without it only NodeResourcesFit's packing
+    counts, and rack b is fuller."""
+    chosen = set()
+    for counted in (True, False):
+        cache, framework = racks(("6", "a"), ("4", "b"))
+        other = make_pod().name("other").uid("o").node("n1").req(cpu="2").obj()
+        cache.add_or_update_pod(PodInfo.from_api(other))
+        framework.plugins.pod_group_pods_count = counted
+        simulation = place(cache, framework, 2, members("1", "1", "1"))
+        assert simulation.status.ok
+        chosen.add((counted, frozenset(m.result.node for m in simulation.placed)))
+    assert chosen == {(True, frozenset({"n0"})), (False, frozenset({"n1"}))}
+
+
 def test_a_placement_score_plugin_that_fails_fails_the_groups_attempt() -> None:
     cache, framework = racks(("2", "a"), ("2", "b"))
 

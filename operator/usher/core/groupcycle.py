@@ -462,7 +462,7 @@ def place_group(
         started = timer() if timer is not None else 0.0
         simulation = run(nodes=nodes)
         simulation.revert()
-        if timer is not None:
+        if timer is not None and simulation.status.code is not Code.ERROR:  # upstream times no errored one
             timed.append((simulation.status.ok, timer() - started))
         if simulation.status.code is Code.ERROR:
             simulation.placement_seconds = timed
@@ -490,8 +490,9 @@ def place_group(
             return simulation, False
         counts = [s.scheduled_before + len(s.placed) for s, _ in fitting]
         most = max(counts)
-        for i, count in enumerate(counts):
-            totals[i] += count * MAX_NODE_SCORE // most if most else 0  # PodGroupPodsCount, weight 1
+        if framework.plugins.pod_group_pods_count:
+            for i, count in enumerate(counts):
+                totals[i] += count * MAX_NODE_SCORE // most if most else 0  # weight 1
         best = max(totals)
         chosen = rng.choice([s for (s, _), total in zip(fitting, totals, strict=True) if total == best])
     chosen.placements = (len(domains), len(fitting))

@@ -171,6 +171,12 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
 
     pod_group_post_filter_disabled = disabled_at("podGroupPostFilter")
     placement_score_disabled = disabled_at("placementScore")
+    # PodGroupPodsCount is the group cycle's own (no plugin object): only whether it is disabled matters.
+    pod_group_pods_count = not any(
+        ref.name in (names.POD_GROUP_PODS_COUNT, "*")
+        for point in ("multiPoint", "placementScore")
+        for ref in profile.plugins.get(point, PluginList()).disabled
+    )
 
     queue_sort = [p for p in at("queueSort") if isinstance(p, QueueSortPlugin)]
     if len(queue_sort) > 1:
@@ -198,6 +204,7 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         placement_feasible=[
             plugin for ref in multi if isinstance(plugin := instances.get(ref.name), PlacementFeasiblePlugin)
         ],
+        pod_group_pods_count=pod_group_pods_count,
         placement_score=[
             (plugin, _multi_weight(multi, ref.name))
             for ref in multi

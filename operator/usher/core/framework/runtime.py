@@ -113,6 +113,8 @@ class PluginSet:
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     placement_feasible: list[PlacementFeasiblePlugin] = field(default_factory=list)
     placement_score: list[tuple[PlacementScorePlugin, int]] = field(default_factory=list)
+    pod_group_pods_count: bool = True
+    """PodGroupPodsCount scores placements (weight 1; off when disabled at multiPoint or placementScore)."""
     pod_group_post_filter: list[PodGroupPostFilterPlugin] = field(default_factory=list)
     """Pod-group cycles only; enabled through multiPoint."""
     all: list[Plugin] = field(default_factory=list)
