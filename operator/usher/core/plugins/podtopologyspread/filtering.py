@@ -49,10 +49,12 @@ class PreFilterState:
     counts: list[dict[str, int]]
     """Per constraint: topology value -> matching pods in that domain (eligible domains only)."""
     min_match: list[int]
+    self_match: list[int]
+    """Per constraint: 1 if the incoming pod matches its selector (it counts in the domain it lands in)."""
 
     def clone(self) -> PreFilterState:
         """For a dry run: the counts copied (the constraints are immutable)."""
-        return PreFilterState(self.constraints, [dict(c) for c in self.counts], list(self.min_match))
+        return PreFilterState(self.constraints, [dict(c) for c in self.counts], list(self.min_match), self.self_match)
 
     def update(self, preemptor: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
         """``other`` is added (+1) or removed (-1) on ``node`` (kube-scheduler's updateWithPod)."""
@@ -90,7 +92,8 @@ def compute_pre_filter_state(
         by_constraint = shares.by_key()
         counts = [by_constraint.get(str(i), {}) for i in range(len(constraints))]
     min_match = [min(domain.values(), default=_NO_DOMAIN) for domain in counts]
-    return PreFilterState(constraints, counts, min_match)
+    self_match = [1 if constraint.matches(pod.labels) else 0 for constraint in constraints]
+    return PreFilterState(constraints, counts, min_match, self_match)
 
 
 def _node_counts(pod: PodInfo, constraints: list[Constraint], inclusion: Inclusion, node: NodeInfo) -> list[Entry]:
@@ -139,8 +142,7 @@ def filter_node(state: PreFilterState, pod: PodInfo, node: NodeInfo) -> Status:
         value = node.labels.get(constraint.topology_key)
         if value is None:
             return _LABEL_MISSING
-        self_match = 1 if constraint.matches(pod.labels) else 0
-        skew = state.counts[i].get(value, 0) + self_match - state.global_min(i)
+        skew = state.counts[i].get(value, 0) + state.self_match[i] - state.global_min(i)
         if skew > constraint.max_skew:
             return _SKEWED
     return SUCCESS
