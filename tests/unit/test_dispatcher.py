@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from usher.adapters.dispatching import NO_OP, NOT_LEADING, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
+from usher.adapters.dispatching import DROPPED, NO_OP, NOT_LEADING, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
 from usher.adapters.kubeapi import ApiResult
 from usher.adapters.reporting import condition_patch, pod_status_call
 
@@ -54,9 +54,13 @@ class RecordingApi:
 class Observer:
     pending: Counter[str] = field(default_factory=Counter)
     finished: list[tuple[str, str]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
     def call_finished(self, call_type: str, result: str, seconds: float) -> None:
         self.finished.append((call_type, result))
+
+    def call_dropped(self, call_type: str) -> None:
+        self.dropped.append(call_type)
 
     def pending_changed(self, call_type: str, delta: int) -> None:
         self.pending[call_type] += delta
@@ -315,3 +319,59 @@ async def test_a_leader_only_call_is_not_sent_once_this_instance_no_longer_leads
     assert [c[1] for c in api.calls] == ["/events"], "only the leader-only call was held back"
     assert results == [NOT_LEADING]
     assert events[0].ok
+
+
+def event_call(n: int, results: list[ApiResult] | None = None) -> ApiCall:
+    return ApiCall.fixed(
+        "event",
+        None,
+        Request("POST", f"/events/{n}", {}),
+        best_effort=True,
+        on_done=results.append if results is not None else None,
+    )
+
+
+async def test_best_effort_calls_go_after_every_other_ready_call() -> None:
+    # A burst of scheduled pods: each binding's Event must not delay the next pod's binding.
+    api = RecordingApi(gate=asyncio.Event())
+    dispatcher = await run(api, workers=1)
+    dispatcher.add(event_call(0))
+    await asyncio.wait_for(api.first_call.wait(), 5)  # the only worker is busy with it
+    for n in range(1, 4):
+        dispatcher.add(event_call(n))
+        dispatcher.add(
+            ApiCall.fixed("pod_binding", f"ns/p{n}", Request("POST", f"/pods/p{n}/binding", {}), relevance=2)
+        )
+    dispatcher.add(ApiCall.fixed("resourceclaim_unreserve", None, Request("PATCH", "/claims/c", {})))
+    api.gate.set()  # type: ignore[union-attr]
+    await settle(dispatcher)
+    assert [c[1] for c in api.calls] == [
+        "/events/0",
+        "/pods/p1/binding",
+        "/pods/p2/binding",
+        "/pods/p3/binding",
+        "/claims/c",  # untracked but not best-effort: in arrival order with the bindings
+        "/events/1",
+        "/events/2",
+        "/events/3",
+    ]
+
+
+async def test_best_effort_calls_beyond_the_limit_are_dropped_and_counted() -> None:
+    api, observer = RecordingApi(gate=asyncio.Event()), Observer()
+    dispatcher = await run(api, observer, workers=1, max_best_effort=3)
+    results: list[ApiResult] = []
+    dispatcher.add(event_call(0, results))
+    await asyncio.wait_for(api.first_call.wait(), 5)
+    for n in range(1, 7):
+        dispatcher.add(event_call(n, results))  # 1-3 wait; 4-6 find three waiting
+    assert results == [DROPPED] * 3, "dropped at once, told to their callers"
+    api.gate.set()  # type: ignore[union-attr]
+    await settle(dispatcher)
+    assert [c[1] for c in api.calls] == ["/events/0", "/events/1", "/events/2", "/events/3"]
+    assert observer.dropped == ["event"] * 3
+    assert observer.pending["event"] == 0, "a dropped call was never pending"
+    dispatcher = await run(api, observer, workers=1, max_best_effort=3)
+    dispatcher.add(event_call(7, results))
+    await settle(dispatcher)
+    assert api.calls[-1][1] == "/events/7", "room again once drained"

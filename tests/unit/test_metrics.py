@@ -131,3 +131,16 @@ def test_the_cache_size_gauge_reads_the_caches_nodes_pods_and_assumed_pods_at_sc
     cache.add_or_update_pod(PodInfo.from_api(make_pod().name("bound").node("n1").obj()))
     cache.assume(PodInfo.from_api(make_pod().name("assumed").obj()), NodeName("n1"))
     assert sizes() == {"assumed_pods": 1, "pods": 2, "nodes": 1}
+
+
+def test_a_dropped_event_counts_as_an_execution_with_result_dropped_and_no_duration() -> None:
+    metrics = Metrics()
+    metrics.call_dropped("event")
+    samples = [
+        s for family in text_string_to_metric_families(metrics.exposition().decode()) for s in family.samples
+    ]
+    assert [(s.labels, s.value) for s in samples if s.name == "scheduler_async_api_call_execution_total"] == [
+        ({"call_type": "event", "result": "dropped"}, 1.0)
+    ]
+    durations = [s for s in samples if s.name.startswith("scheduler_async_api_call_execution_duration")]
+    assert durations == [], "nothing was sent, so no duration is observed"

@@ -17,7 +17,12 @@ meets it:
 - ``sync_object`` hands the dispatcher each newer version of an object
   (from the watch), so a waiting call that became a no-op is dropped.
 
-Untracked calls (Events) just run. A *leader-only* call (a binding) is
+Untracked calls (Events, claim and volume writes) just run. A
+*best-effort* call (an Event) is sent only when no other call is ready:
+under a burst, bindings and status patches go first and Events follow, as
+they carry nothing the cluster waits for; at most ``max_best_effort`` of them
+wait (kube-scheduler's event broadcaster keeps 1,000 and drops the newest
+beyond), the rest are dropped and counted. A *leader-only* call (a binding) is
 sent only while ``leads()`` says this instance holds the lease, checked
 right before every attempt; otherwise it finishes unsent (NOT_LEADING).
 Worker tasks execute due calls
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,6 +84,8 @@ class ApiCall:
     """Sent only while the dispatcher's ``leads()`` holds, checked right before each attempt."""
     merge: Callable[[BuildFn], BuildFn] | None = field(default=None, repr=False)
     """Given the build of the waiting call of the same type this one replaces, the build of both."""
+    best_effort: bool = False
+    """Sent only when no other call is ready, and dropped when ``max_best_effort`` such calls wait (untracked only)."""
 
     @classmethod
     def fixed(
@@ -89,15 +97,23 @@ class ApiCall:
         relevance: int = 0,
         on_done: Callable[[ApiResult], None] | None = None,
         leader_only: bool = False,
+        best_effort: bool = False,
     ) -> ApiCall:
         return cls(
-            call_type, object_key, lambda _: request, relevance=relevance, on_done=on_done, leader_only=leader_only
+            call_type,
+            object_key,
+            lambda _: request,
+            relevance=relevance,
+            on_done=on_done,
+            leader_only=leader_only,
+            best_effort=best_effort,
         )
 
 
 SKIPPED = ApiResult(status=0, body={"message": "superseded by a more relevant call"})
 NO_OP = ApiResult(status=204, body={"message": "nothing to change"})
 NOT_LEADING = ApiResult(status=0, body={"message": "not sent: this instance does not hold the lease"})
+DROPPED = ApiResult(status=0, body={"message": "not sent: too many best-effort calls waiting"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +163,18 @@ class CallObserver(Protocol):
 
     def call_finished(self, call_type: str, result: str, seconds: float) -> None: ...
 
+    def call_dropped(self, call_type: str) -> None:
+        """A best-effort call was dropped unsent: too many were waiting."""
+        ...
+
     def pending_changed(self, call_type: str, delta: int) -> None: ...
 
 
 class _Unobserved:
     def call_finished(self, call_type: str, result: str, seconds: float) -> None:
+        pass
+
+    def call_dropped(self, call_type: str) -> None:
         pass
 
     def pending_changed(self, call_type: str, delta: int) -> None:
@@ -165,6 +188,38 @@ class _Waiting:
     timer: Cancellable | None = None
 
 
+class _Lanes(asyncio.Queue[_Waiting | str]):
+    """The calls ready to run: best-effort ones only when no other waits, each lane in arrival order.
+
+    An `asyncio.Queue` with its storage replaced (as `asyncio.PriorityQueue` does), so waiting
+    workers are woken as before.
+    """
+
+    def _init(self, maxsize: int) -> None:
+        self._first: deque[_Waiting | str] = deque()
+        self._later: deque[_Waiting | str] = deque()
+
+    def _put(self, item: _Waiting | str) -> None:
+        if isinstance(item, _Waiting) and item.call.best_effort:
+            self._later.append(item)
+        else:
+            self._first.append(item)
+
+    def _get(self) -> _Waiting | str:
+        return self._first.popleft() if self._first else self._later.popleft()
+
+    def qsize(self) -> int:
+        return len(self._first) + len(self._later)
+
+    def empty(self) -> bool:
+        return not (self._first or self._later)
+
+    @property
+    def best_effort(self) -> int:
+        """Best-effort calls waiting."""
+        return len(self._later)
+
+
 class Dispatcher:
     """Queues, merges, delays, runs and retries usher's API writes (see the theory of operation above)."""
 
@@ -172,18 +227,27 @@ class Dispatcher:
         self,
         api: KubeApi,
         *,
-        workers: int = 16,
+        workers: int = 64,
+        max_best_effort: int = 1000,
         retry: RetryPolicy | None = None,
         observer: CallObserver | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         timers: Timers | None = None,
         leads: Callable[[], bool] = lambda: True,
     ) -> None:
-        """``leads``: whether this instance holds the lease now (leader-only calls wait for nothing else)."""
+        """``leads``: whether this instance holds the lease now (leader-only calls wait for nothing else).
+
+        ``max_best_effort``: how many best-effort calls may wait; a newer one is dropped (`DROPPED`).
+        ``workers``: calls in flight at most, one HTTP connection each (`connect` pools 64). kube-scheduler
+        binds each pod in a goroutine of its own, so in a burst its bindings hold their share of the API
+        server's concurrency; with 16, usher's bindings queued here behind a client sending 32 at a time.
+        """
         self._api = api
         self._timers: Timers = timers or LoopTimers()
         self._leads = leads
-        self._ready: asyncio.Queue[_Waiting | str] = asyncio.Queue()
+        self._ready = _Lanes()
+        self._max_best_effort = max_best_effort
+        self._dropping = False
         self._workers_count = workers
         self._workers: list[asyncio.Task[None]] = []
         self._retry = retry or RetryPolicy()
@@ -220,6 +284,10 @@ class Dispatcher:
         """Queue a call; returns at once. ``current`` is the newest known version of its object."""
         key = call.object_key
         if key is None:
+            if call.best_effort and self._ready.best_effort >= self._max_best_effort:
+                self._drop(call)
+                return
+            self._dropping = False
             self._track(call.call_type, +1)
             self._ready.put_nowait(_Waiting(call, 0.0))
             return
@@ -313,6 +381,17 @@ class Dispatcher:
             self._ready.put_nowait(key)
         else:
             waiting.timer = self._timers.call_later(delay, lambda: self._ready.put_nowait(key))
+
+    def _drop(self, call: ApiCall) -> None:
+        if not self._dropping:  # once per burst: the first drop after a call got through
+            self._dropping = True
+            logger.warning(
+                "%d best-effort calls waiting: dropping new ones (%s) until they drain",
+                self._ready.best_effort,
+                call.call_type,
+            )
+        self._observer.call_dropped(call.call_type)
+        self._finish(call, DROPPED)
 
     def _drop_if_noop(self, key: str) -> None:
         waiting = self._waiting.get(key)

@@ -490,6 +490,9 @@ class Metrics:
         self.child(self.async_api_call_execution, call_type, result).inc()
         self.child(self.async_api_call_duration, call_type, result).observe(seconds)
 
+    def call_dropped(self, call_type: str) -> None:
+        self.child(self.async_api_call_execution, call_type, "dropped").inc()
+
     def pending_changed(self, call_type: str, delta: int) -> None:
         self.child(self.pending_async_api_calls, call_type).inc(delta)
 

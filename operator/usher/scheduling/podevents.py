@@ -24,4 +24,6 @@ class PodEvents:
         body = pod_event_body(
             pod, controller=controller, event_type=event_type, reason=reason, action=action, note=note
         )
-        self._writer.add(ApiCall.fixed("event", None, Request("POST", event_path(namespace), body)))
+        # Best effort: an Event waits for the bindings and status patches ready with it.
+        request = Request("POST", event_path(namespace), body)
+        self._writer.add(ApiCall.fixed("event", None, request, best_effort=True))
