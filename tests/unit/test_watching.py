@@ -46,10 +46,13 @@ class Sink:
         self.delivered: list[tuple[str, str | None, str, str]] = []
         self.delivered_when_synced: list[tuple[str, str | None, str, str]] | None = None
         self.changed = asyncio.Event()
+        self.fields: set[str] = set()
+        """Every metadata field of every object delivered."""
 
     def _record(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw["metadata"]
         self.delivered.append((kind, event_type, meta["name"], meta.get("resourceVersion", "")))
+        self.fields.update(meta)
         self.changed.set()
         if meta["name"] == "bad":
             raise RuntimeError("a bug on one object")
@@ -317,6 +320,31 @@ async def test_every_event_is_delivered_once_in_order_deletions_included(monkeyp
 
     assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2"), ("DELETED", "4")]
     assert sink.of("p2") == [("MODIFIED", "3"), ("MODIFIED", "5"), ("DELETED", "6")]
+
+
+async def test_objects_arrive_without_managed_fields_as_kube_scheduler_trims_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink = Sink()
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:nodeName": {}}}}]
+    pod = version(make_pod().name("p").obj(), 1)
+    pod["metadata"]["managedFields"] = managed
+    node = version(make_node().name("n").obj(), 2)
+    node["metadata"]["managedFields"] = managed
+    updated = version(make_pod().name("p").obj(), 3)
+    updated["metadata"]["managedFields"] = managed
+
+    await run_kopf(
+        sink,
+        {PODS: script([*listing(pod), {"type": "MODIFIED", "object": updated}]), NODES: script(listing(node))},
+        monkeypatch,
+        deliveries=3,
+        listed={},
+    )
+
+    assert sink.of("p") == [("MODIFIED", "1"), ("MODIFIED", "3")]
+    assert {"name", "resourceVersion"} <= sink.fields
+    assert "managedFields" not in sink.fields
 
 
 async def test_a_failure_on_one_object_stops_neither_it_nor_the_others_nor_the_sync(
