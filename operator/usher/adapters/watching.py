@@ -289,7 +289,7 @@ def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holding
             sync.delivered(plural, raw)
 
 
-def _trim(raw: dict[str, Any]) -> None:
+def _trim(raw: Mapping[str, Any]) -> None:
     """Drop ``metadata.managedFields`` from a watched object, in place, as kube-scheduler's pod informer does.
 
     Nothing in usher reads them (a write that omits them leaves them as they are), and they are often half
@@ -297,7 +297,7 @@ def _trim(raw: dict[str, Any]) -> None:
     is done with the object when its event handler runs: usher's handlers change nothing else in it.
     """
     meta = raw.get("metadata")
-    if meta is not None and "managedFields" in meta:
+    if isinstance(meta, dict) and "managedFields" in meta:
         del meta["managedFields"]
 
 
