@@ -136,9 +136,7 @@ def test_the_cache_size_gauge_reads_the_caches_nodes_pods_and_assumed_pods_at_sc
 def test_a_dropped_event_counts_as_an_execution_with_result_dropped_and_no_duration() -> None:
     metrics = Metrics()
     metrics.call_dropped("event")
-    samples = [
-        s for family in text_string_to_metric_families(metrics.exposition().decode()) for s in family.samples
-    ]
+    samples = [s for family in text_string_to_metric_families(metrics.exposition().decode()) for s in family.samples]
     assert [(s.labels, s.value) for s in samples if s.name == "scheduler_async_api_call_execution_total"] == [
         ({"call_type": "event", "result": "dropped"}, 1.0)
     ]

@@ -12,7 +12,7 @@ keeps its Filter answers per node in one too).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -20,11 +20,32 @@ if TYPE_CHECKING:
 
 Entry = tuple[str, str, int]
 """(topologyKey, value, weight): one term of one existing pod counted for its node's domain."""
+Pair = tuple[str, str]
+"""(topologyKey, value): one topology domain."""
 
 T = TypeVar("T")
 
 MAX_KINDS = 16
 """Kinds of incoming pods whose shares a plugin keeps (a few templates burst at a time)."""
+
+
+def sum_entries(nodes: Iterable[NodeInfo], entries_of: Callable[[NodeInfo], list[Entry]]) -> dict[Pair, int]:
+    """(topologyKey, value) -> summed weight of ``nodes``' entries, walked afresh: what `NodeShares` keeps
+    (plugins call it where nothing is kept, and property tests compare the two)."""
+    sums: dict[Pair, int] = {}
+    for node in nodes:
+        for key, value, weight in entries_of(node):
+            pair = (key, value)
+            sums[pair] = sums.get(pair, 0) + weight
+    return sums
+
+
+def by_key(sums: Mapping[Pair, int]) -> dict[str, dict[str, int]]:
+    """topologyKey -> value -> summed weight."""
+    out: dict[str, dict[str, int]] = {}
+    for (key, value), total in sums.items():
+        out.setdefault(key, {})[value] = total
+    return out
 
 
 class ByKind(Generic[T]):
@@ -105,12 +126,9 @@ class NodeShares:
 
     def by_key(self) -> dict[str, dict[str, int]]:
         """topologyKey -> value -> summed weight, for every pair some entry counts in."""
-        out: dict[str, dict[str, int]] = {}
-        for (key, value), (total, _) in self._sums.items():
-            out.setdefault(key, {})[value] = total
-        return out
+        return by_key(self.by_pair())
 
-    def by_pair(self) -> dict[tuple[str, str], int]:
+    def by_pair(self) -> dict[Pair, int]:
         """(topologyKey, value) -> summed weight, for every pair some entry counts in."""
         return {pair: total for pair, (total, _) in self._sums.items()}
 

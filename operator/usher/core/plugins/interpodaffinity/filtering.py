@@ -36,7 +36,7 @@ from usher.core.plugins.interpodaffinity.terms import (
     matches_all,
     terms_signature,
 )
-from usher.core.plugins.nodeshares import Entry, NodeShares
+from usher.core.plugins.nodeshares import Entry, NodeShares, sum_entries
 from usher.core.types import SUCCESS, PodInfo, Status, unschedulable
 
 if TYPE_CHECKING:
@@ -139,14 +139,10 @@ def existing_anti_affinity_counts(
     cycles (``existing_signature``); only nodes whose generation moved are walked again, and all of them when
     the pod's labels differ on a key those terms read."""
     visited = list(nodes_with_required_anti_affinity_pods(nodes))
-    if shares is not None:
-        shares.refresh(visited, pod.labels, lambda node, read: _existing_entries(pod, node, cache, pod_ns_labels, read))
-        return shares.by_pair()
-    counts: dict[TopologyPair, int] = {}
-    for node in visited:
-        for key, value, n in _existing_entries(pod, node, cache, pod_ns_labels):
-            counts[(key, value)] = counts.get((key, value), 0) + n
-    return counts
+    if shares is None:
+        return sum_entries(visited, lambda node: _existing_entries(pod, node, cache, pod_ns_labels))
+    shares.refresh(visited, pod.labels, lambda node, read: _existing_entries(pod, node, cache, pod_ns_labels, read))
+    return shares.by_pair()
 
 
 def _existing_entries(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from usher.core.cache import nodes_with_affinity_pods
 from usher.core.framework.interface import MAX_NODE_SCORE
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache, terms_signature
-from usher.core.plugins.nodeshares import Entry, NodeShares
+from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
 from usher.core.types import NodeName, PodInfo
 
 if TYPE_CHECKING:
@@ -64,18 +64,12 @@ def topology_scores(
 
     # Without preferred terms of its own, only nodes holding pods with terms can add anything.
     visited = nodes if has_constraints else list(nodes_with_affinity_pods(nodes))
-    if shares is not None:
+    if shares is None:
+        sums = by_key(sum_entries(visited, entries_of))
+    else:
         shares.refresh(visited, pod.labels, entries_of)
         sums = shares.by_key()
-        return PreScoreState(sums) if sums else None
-    scores: dict[str, dict[str, int]] = {}
-    contributed = False
-    for node in visited:
-        for key, value, weight in entries_of(node):
-            domain = scores.setdefault(key, {})
-            domain[value] = domain.get(value, 0) + weight
-            contributed = True
-    return PreScoreState(scores) if contributed else None
+    return PreScoreState(sums) if sums else None
 
 
 def _node_entries(

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from usher.core.plugins.nodeshares import Entry, NodeShares
+from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
 from usher.core.plugins.podtopologyspread.constraints import (
     Constraint,
     Inclusion,
@@ -82,15 +82,11 @@ def compute_pre_filter_state(
     whose generation moved are counted again."""
     inclusion = Inclusion(pod, constraints)
     if shares is None:
-        counts: list[dict[str, int]] = [{} for _ in constraints]
-        for node in nodes:
-            for index, value, count in _node_counts(pod, constraints, inclusion, node):
-                domain = counts[int(index)]
-                domain[value] = domain.get(value, 0) + count
+        by_constraint = by_key(sum_entries(nodes, lambda node: _node_counts(pod, constraints, inclusion, node)))
     else:
         shares.refresh(nodes, {}, lambda node, _: _node_counts(pod, constraints, inclusion, node))
         by_constraint = shares.by_key()
-        counts = [by_constraint.get(str(i), {}) for i in range(len(constraints))]
+    counts = [by_constraint.get(str(i), {}) for i in range(len(constraints))]
     min_match = [min(domain.values(), default=_NO_DOMAIN) for domain in counts]
     self_match = [1 if constraint.matches(pod.labels) else 0 for constraint in constraints]
     return PreFilterState(constraints, counts, min_match, self_match)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from usher.core.framework.interface import MAX_NODE_SCORE
-from usher.core.plugins.nodeshares import Entry, NodeShares
+from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
 from usher.core.plugins.podtopologyspread.constraints import (
     LABEL_HOSTNAME,
     Constraint,
@@ -88,22 +88,20 @@ def compute_pre_score_state(
         for i, c in enumerate(constraints)
     ]
     inclusion = Inclusion(pod, constraints)
+
+    def entries_of(node: NodeInfo) -> list[Entry]:
+        return _node_counts(pod, constraints, inclusion, node, require_all_topologies)
+
     if shares is None:
-        for node in all_nodes:
-            for index, value, count in _node_counts(pod, constraints, inclusion, node, require_all_topologies):
-                domain = counts[int(index)]
-                if value in domain:  # a domain of some feasible node (never true for hostname constraints)
-                    domain[value] += count
+        by_constraint = by_key(sum_entries(all_nodes, entries_of))
     else:
-        shares.refresh(
-            all_nodes, {}, lambda node, _: _node_counts(pod, constraints, inclusion, node, require_all_topologies)
-        )
+        shares.refresh(all_nodes, {}, lambda node, _: entries_of(node))
         by_constraint = shares.by_key()
-        for i, domain in enumerate(counts):
-            kept = by_constraint.get(str(i))
-            if kept:
-                for value in domain:
-                    domain[value] = kept.get(value, 0)
+    for i, domain in enumerate(counts):
+        kept = by_constraint.get(str(i))
+        if kept:
+            for value in domain:  # the domains of feasible nodes (none for hostname constraints)
+                domain[value] = kept.get(value, 0)
     return PreScoreState(constraints, pod.namespace, ignored, counts, weights)
 
 
