@@ -350,6 +350,7 @@ async def test_a_gang_short_of_several_pods_evicts_what_it_needs_across_nodes(ga
 
     assert marked(gangs) == {"default/low-n1", "default/low-n2"}
     assert gangs.recorder.workload_preemptions == [("Success", 2)]
+    assert gangs.recorder.preemptions_evaluated == [("podgroup", "Success")]
     assert gangs.recorder.victims_chosen == [], "scheduler_preemption_victims counts single pods' preemptions only"
     assert gangs.recorder.disruptions == [("podgroup", 0, 0)], "lone pods evicted: no pod group disrupted"
     assert gangs.recorder.group_attempts == ["unschedulable"], "it waits for its victims to go"
@@ -406,6 +407,12 @@ async def test_a_gang_retried_while_its_victims_go_does_not_preempt_again(gangs:
         if call.call_type in ("pod_status_patch", "pod_delete") and str(call.object_key) in first:
             assert call.on_done is not None
             call.on_done(ApiResult(200, {}))
+    deletes = [c for c in gangs.writer.calls if c.call_type == "pod_delete"]
+    assert {str(c.object_key) for c in deletes} == first
+    for call in deletes:
+        assert call.on_done is not None
+        call.on_done(ApiResult(200, {}))
+    assert gangs.recorder.preemptions_finished == [("podgroup", "success")]
     gangs.clock.advance(301)
     gangs.scheduler.queue.flush()  # the 5-minute flush sends the gang back
     gangs.nodes("n4", cpu="1")  # an event wakes the loop (the node itself helps nobody)
@@ -446,6 +453,7 @@ async def test_a_gang_never_evicts_a_group_of_its_priority_or_above(gangs: Gangs
     assert marked(gangs) == set(), "one victim frees room for one member: the gang still does not fit"
     assert gangs.scheduler.queue.nominator.node_of(PodKey("default/m0")) is None
     assert gangs.recorder.workload_preemptions == [("Unschedulable", 0)]
+    assert gangs.recorder.preemptions_evaluated == [("podgroup", "Unschedulable")]
 
 
 async def test_a_gang_of_preemption_policy_never_evicts_nobody(gangs: Gangs) -> None:

@@ -142,3 +142,28 @@ def test_a_dropped_event_counts_as_an_execution_with_result_dropped_and_no_durat
     ]
     durations = [s for s in samples if s.name.startswith("scheduler_async_api_call_execution_duration")]
     assert durations == [], "nothing was sent, so no duration is observed"
+
+
+def test_preemption_is_timed_under_kube_scheduler_s_names_and_labels() -> None:
+    metrics = Metrics()
+    metrics.preemption_evaluated("pod", "Success", 0.003)
+    metrics.preemption_finished("podgroup", "error", 0.5)
+    counts = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        for s in family.samples
+        if s.name.endswith("_count")
+    }
+    assert (
+        counts[
+            ("scheduler_preemption_evaluation_duration_seconds_count", (("preemptor", "pod"), ("result", "Success")))
+        ]
+        == 1
+    )
+    assert (
+        counts[
+            ("scheduler_preemption_execution_duration_seconds_count", (("preemptor", "podgroup"), ("result", "error")))
+        ]
+        == 1
+    )
+    assert counts[("scheduler_preemption_goroutines_duration_seconds_count", (("result", "error"),))] == 1

@@ -85,7 +85,8 @@ class RecordingRecorder:
     algorithm_runs: int = 0
     preemption_attempts: int = 0
     victims_chosen: list[int] = field(default_factory=list)
-    preemptions_finished: list[str] = field(default_factory=list)
+    preemptions_finished: list[tuple[str, str]] = field(default_factory=list)
+    preemptions_evaluated: list[tuple[str, str]] = field(default_factory=list)
     group_attempts: list[str] = field(default_factory=list)
     placements: list[tuple[int, int]] = field(default_factory=list)
     workload_preemptions: list[tuple[str, int]] = field(default_factory=list)
@@ -111,8 +112,11 @@ class RecordingRecorder:
     def preemption_victims_chosen(self, count: int) -> None:
         self.victims_chosen.append(count)
 
-    def preemption_finished(self, result: str, seconds: float) -> None:
-        self.preemptions_finished.append(result)
+    def preemption_evaluated(self, preemptor: str, result: str, seconds: float) -> None:
+        self.preemptions_evaluated.append((preemptor, result))
+
+    def preemption_finished(self, preemptor: str, result: str, seconds: float) -> None:
+        self.preemptions_finished.append((preemptor, result))
 
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:
         self.disruptions.append((preemptor, budget_violations, group_disruptions))
@@ -428,7 +432,8 @@ async def test_a_preemptor_is_held_until_its_evictions_return_then_retried_if_an
     delete.on_done(ApiResult(200, {}))
 
     await harness.until(lambda: len(harness.recorder.attempts) == 2, "the preemptor is retried")
-    assert harness.recorder.preemptions_finished == ["success"]
+    assert harness.recorder.preemptions_evaluated == [("pod", "Success")]
+    assert harness.recorder.preemptions_finished == [("pod", "success")]
     assert [e["note"] for e in harness.writer.events("Preempted")] == [f"Preempted by pod {uid} on node n1"]
 
 

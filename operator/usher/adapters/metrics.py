@@ -301,6 +301,21 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.preemption_evaluation_duration = Histogram(
+            "scheduler_preemption_evaluation_duration_seconds",
+            "Duration in seconds for identifying the target preemption victims.",
+            ["preemptor", "result"],
+            buckets=exponential_buckets(0.001, 2, 16),
+            registry=r,
+        )
+        self.preemption_execution_duration = Histogram(
+            "scheduler_preemption_execution_duration_seconds",
+            "Duration in seconds for preempting the target preemption victims. With async preemption enabled, "
+            "preemption execution does not block the scheduling of other pods.",
+            ["preemptor", "result"],
+            buckets=exponential_buckets(0.001, 2, 16),
+            registry=r,
+        )
         self.queue_incoming_pods = Counter(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
@@ -420,9 +435,13 @@ class Metrics:
     def preemption_victims_chosen(self, count: int) -> None:
         self.preemption_victims.observe(count)
 
-    def preemption_finished(self, result: str, seconds: float) -> None:
+    def preemption_evaluated(self, preemptor: str, result: str, seconds: float) -> None:
+        self.child(self.preemption_evaluation_duration, preemptor, result).observe(seconds)
+
+    def preemption_finished(self, preemptor: str, result: str, seconds: float) -> None:
         self.preemption_goroutines_execution.labels(result).inc()
         self.preemption_goroutines_duration.labels(result).observe(seconds)
+        self.child(self.preemption_execution_duration, preemptor, result).observe(seconds)
 
     def permit_waited(self, result: str, seconds: float) -> None:
         self.child(self.permit_wait_duration, result).observe(seconds)

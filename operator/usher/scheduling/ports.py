@@ -59,9 +59,15 @@ class SchedulingRecorder(Protocol):
         """scheduler_preemption_victims: the victims chosen for one preemptor."""
         ...
 
-    def preemption_finished(self, result: str, seconds: float) -> None:
-        """scheduler_preemption_goroutines_execution_total and _duration_seconds: one preemptor's evictions
-        all returned (``result`` success or error)."""
+    def preemption_evaluated(self, preemptor: str, result: str, seconds: float) -> None:
+        """scheduler_preemption_evaluation_duration_seconds: victims looked for (``preemptor`` pod or podgroup,
+        ``result`` the PostFilter status code, as kube-scheduler names it)."""
+        ...
+
+    def preemption_finished(self, preemptor: str, result: str, seconds: float) -> None:
+        """scheduler_preemption_execution_duration_seconds (``preemptor`` pod or podgroup) and
+        scheduler_preemption_goroutines_execution_total and _duration_seconds: one preemptor's evictions all
+        returned (``result`` success or error)."""
         ...
 
     def permit_waited(self, result: str, seconds: float) -> None:
@@ -119,7 +125,10 @@ class SilentRecorder:
     def preemption_victims_chosen(self, count: int) -> None:
         pass
 
-    def preemption_finished(self, result: str, seconds: float) -> None:
+    def preemption_evaluated(self, preemptor: str, result: str, seconds: float) -> None:
+        pass
+
+    def preemption_finished(self, preemptor: str, result: str, seconds: float) -> None:
         pass
 
     def preemption_disruptions(self, preemptor: str, budget_violations: int, group_disruptions: int) -> None:

@@ -120,7 +120,8 @@ class Preemptor:
         self._wake = wake
         self._timer = timer
         self._failed: set[str] = set()
-        self._started: dict[str, float] = {}
+        self._started: dict[str, tuple[float, str]] = {}
+        """Per preemptor's uid: when its evictions were sent, and whether it is a pod or a podgroup."""
 
     def post_filter(
         self, framework: Framework, state: CycleState, pod: PodInfo, result: ScheduleResult, nodes: Sequence[NodeInfo]
@@ -134,7 +135,9 @@ class Preemptor:
             # still be in flight); kube-scheduler re-reads the pod from its informer for the same reason.
             held = self._queue.nominator.node_of(pod.key)
             preemptor = replace(pod, nominated_node_name=held) if held else pod
+            started = self._timer()
             post = framework.run_post_filter(state, preemptor, result.node_statuses, nodes)
+            self._recorder.preemption_evaluated("pod", status_label(post.status), self._timer() - started)
             self._recorder.preemption_attempted()
             if post.status.ok and post.nominated_node is not None:
                 self.preempt(pod, post, framework.scheduler_name)
@@ -155,7 +158,7 @@ class Preemptor:
         self._queue.nominate(pod, node)
         self._recorder.preemption_victims_chosen(len(result.victims))
         self._recorder.preemption_disruptions("pod", result.budget_violations, 0)
-        self._evict(pod, node, result.victims, profile, result.status.plugin or DEFAULT_PREEMPTION)
+        self._evict(pod, node, result.victims, profile, result.status.plugin or DEFAULT_PREEMPTION, "pod")
 
     def group_post_filter(
         self,
@@ -172,12 +175,14 @@ class Preemptor:
         if not any(p.name == DEFAULT_PREEMPTION for p in framework.plugins.post_filter):
             return None
         groups = cache.pod_groups
+        started = self._timer()
         outcome = preempt_for_group(
             framework, group, pods, cache, simulate=simulate, units=group_units(groups, cache.node_of_pod),
             budgets=cache.disruption_budgets,
             terminating=lambda p: p.terminating_by_preemption or self._evictions.evicting(p.key),
             nominated=lambda p: self._queue.nominator.node_of(p.key) or p.nominated_node_name,
         )  # fmt: skip
+        self._recorder.preemption_evaluated("podgroup", status_label(outcome.status), self._timer() - started)
         evicting = outcome.status.ok and not outcome.ongoing and bool(outcome.nominations)
         self._recorder.workload_preemption_attempted(
             status_label(outcome.status), len(outcome.victims) if evicting else 0
@@ -191,10 +196,13 @@ class Preemptor:
             self._clear_lower_nominations(pod, node)
             self._queue.nominate(pod, node)
         first, node = members[0]
-        self._evict(first, node, outcome.victims, framework.scheduler_name, DEFAULT_PREEMPTION)
+        self._evict(first, node, outcome.victims, framework.scheduler_name, DEFAULT_PREEMPTION, "podgroup")
         return outcome
 
-    def _evict(self, pod: PodInfo, node: str, victims: Sequence[PodInfo], profile: str, plugin: str) -> None:
+    def _evict(
+        self, pod: PodInfo, node: str, victims: Sequence[PodInfo], profile: str, plugin: str, preemptor: str
+    ) -> None:
+        """``preemptor``: pod or podgroup (the metrics' label)."""
         logger.info("pod %s nominated to %s; preempting %s", pod.key, node, ", ".join(v.key for v in victims) or "none")
         to_delete = []
         for victim in victims:
@@ -212,7 +220,7 @@ class Preemptor:
         # activeQ (kube-scheduler's asynchronous preemption), so it cannot preempt twice.
         self._evictions.started(pod.uid, [victim.key for victim, _ in to_delete])
         if to_delete:
-            self._started.setdefault(pod.uid, self._timer())
+            self._started.setdefault(pod.uid, (self._timer(), preemptor))
         for victim, note in to_delete:
             self._writer.add(
                 disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin)),
@@ -272,7 +280,8 @@ class Preemptor:
         self._failed.discard(pod.uid)
         started = self._started.pop(pod.uid, None)
         if started is not None:
-            self._recorder.preemption_finished("error" if failed else "success", self._timer() - started)
+            since, preemptor = started
+            self._recorder.preemption_finished(preemptor, "error" if failed else "success", self._timer() - since)
         queued = self._queue.get(pod.key)
         if queued is not None and queued.pod.uid == pod.uid and (failed or queued.gating_plugin == plugin):
             # After its backoff: an eviction that keeps failing (403, a webhook) must not become a busy loop.
