@@ -262,9 +262,7 @@ NEEDED = {
     "without podgroups/status patch no PodGroup condition is written": Needed(
         "ClusterRole", ("podgroups/status",), ("patch",), "podgroup"
     ),
-    "without events create/patch no Scheduled event is recorded": Needed(
-        "ClusterRole", ("events",), ("create", "patch"), "event"
-    ),
+    "without events create no Scheduled event is recorded": Needed("ClusterRole", ("events",), ("create",), "event"),
     "without get/update of its own Lease usher never leads": Needed("Role", ("leases",), ("get", "update"), "lease"),
 }
 
