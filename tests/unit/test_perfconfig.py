@@ -172,8 +172,18 @@ def test_selection_takes_fitting_performance_workloads_else_a_stand_in_and_says_
     assert "smallest: 5000Nodes_10000Pods, 5000 nodes, 11000 pods" in basic.reason
     assert basic.smoke is not None and basic.smoke.name == "5Nodes"
     assert [w.name for w in basic.smallest] == ["5Nodes", "5Nodes_AsyncAPICallsEnabled"]
+    # Without a performance workload, the largest that fits runs, at integration size, in make bench-large.
     taints = chosen["DeviceTaintToleration"]
-    assert taints.bench is None and taints.reason == "no workload labelled performance"
+    assert taints.bench is not None and taints.bench.name == "fast" and taints.stand_in and taints.integration_size
+    assert taints.reason == "no workload labelled performance" and taints.tier == perfconfig.LARGE
+    claims = chosen["SchedulingWithResourceClaim"]
+    assert claims.bench is not None and claims.bench.name == "5000pods_500nodes" and claims.integration_size
+    # The event-handling cases' 6000-7000 pods are allowed (LARGER_PODS); other test cases keep MAX_PODS.
+    node_add = chosen["EventHandlingNodeAdd"]
+    assert node_add.bench is not None and node_add.bench.name == "100Nodes_1000Pods" and not node_add.stand_in
+    assert node_add.tier == perfconfig.LARGE
+    gangs = chosen["GangScheduling"]
+    assert gangs.bench is not None and perfconfig.size(gangs.test_case, gangs.bench).pods == 3000
     declared = chosen["NodeDeclaredFeaturesEnabled"]
     assert not declared.runnable and "WithNodeUpdateFn" in declared.unsupported[0]
     daemonset = chosen["SchedulingDaemonset"]
