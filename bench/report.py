@@ -28,6 +28,9 @@ UPSTREAM_TARGET = 1.0
 #: peak RSS at most twice kube-scheduler's at 5000 nodes; at least this share of the test cases runnable.
 UPSTREAM_STRONGER = {"SchedulingWithResourceClaimTemplate": 1.3}
 RSS_TARGET = 2.0
+#: Fewer measured pods than this and CPU per pod is not compared: CPU seconds are counted in 10 ms ticks, so
+#: 10 pods (the integration-size stand-ins) read 0.02-0.06 s either way.
+MIN_CPU_PODS = 100
 RUNNABLE_TARGET = 0.8
 LIMIT_TARGET = 0.7
 
@@ -372,6 +375,12 @@ def upstream_table(docs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _measured_pods(doc: dict[str, Any]) -> int:
+    """The most pods any of usher's runs scheduled in its measured phases."""
+    runs = doc.get("runs", {}).get("usher") or []
+    return max((sum(p.get("scheduled") or 0 for p in r.get("phases") or []) for r in runs), default=0)
+
+
 def _is_dra(doc: dict[str, Any]) -> bool:
     return bool(doc.get("feature_gates", {}).get("DynamicResourceAllocation")) or doc["group"].startswith("dra")
 
@@ -403,6 +412,13 @@ def upstream_targets(docs: list[dict[str, Any]]) -> list[str]:
     for doc in ran:
         if _is_dra(doc):
             ratio = upstream_ratio(doc, "cpu")
+            pods = _measured_pods(doc)
+            if pods < MIN_CPU_PODS:
+                lines.append(
+                    f"| {doc['test_case']}: usher's CPU per pod <= kube-scheduler's | not compared: {pods} pods "
+                    "measured, CPU seconds are counted in 10 ms ticks | n/a |"
+                )
+                continue
             lines.append(
                 f"| {doc['test_case']}: usher's CPU per pod <= kube-scheduler's | {_ratio(ratio, 1.0)} "
                 f"| {_met(ratio, 1.0, at_most=True)} |"

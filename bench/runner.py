@@ -402,6 +402,20 @@ class Run:
 # --------------------------------------------------------------------------- the whole benchmark
 
 
+def _measured_commit() -> str:
+    """The commit measured; "-dirty" when usher's or the harness's code differs from it (not the results files,
+    which every run rewrites)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False).stdout
+
+    changed = git(
+        "status", "--porcelain", "--", "operator", "bench",
+        ":(exclude)bench/results", ":(exclude)bench/RESULTS.md", ":(exclude)bench/*.png",
+    )  # fmt: skip
+    return git("rev-parse", "--short", "HEAD").strip() + ("-dirty" if changed.strip() else "")
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     model = ""

@@ -597,9 +597,11 @@ def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
     from bench import report
     from bench.upstream import summarize
 
-    def doc(name: str, group: str, usher_rate: float, usher_cpu: float, size: str, **extra: Any) -> dict[str, Any]:
-        usher = [_run("ok", usher_rate, usher_rate, usher_cpu, 1000, 300.0) for _ in range(3)]
-        kube = [_run("ok", 100.0, 100.0, 2.0, 1000, 100.0) for _ in range(3)]
+    def doc(
+        name: str, group: str, usher_rate: float, usher_cpu: float, size: str, pods: int = 1000, **extra: Any
+    ) -> dict[str, Any]:
+        usher = [_run("ok", usher_rate, usher_rate, usher_cpu, pods, 300.0) for _ in range(3)]
+        kube = [_run("ok", 100.0, 100.0, 2.0, pods, 100.0) for _ in range(3)]
         return {
             "test_case": name,
             "group": group,
@@ -615,18 +617,20 @@ def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
         doc("Slow", "misc", 80.0, 1.0, "500 nodes, 1500 pods"),
         doc("SchedulingWithResourceClaimTemplate", "dra", 125.0, 3.0, "500 nodes, 2500 pods"),
         doc("Big", "podgroup", 100.0, 1.0, "5000 nodes, 3000 pods", tier="large"),
+        doc("Tiny", "dra", 100.0, 0.06, "2 nodes, 10 pods", pods=10),
         {"test_case": "L", "group": "dra", "status": "usher lacks: X", "workload": {"name": "w"}},
         {"test_case": "O", "group": "misc", "status": "left out: too large", "workload": {"name": "w"}},
     ]
     lines = "\n".join(report.upstream_targets(docs))
-    assert "| 3 of 4 met; below: Slow 0.80x | no |" in lines
+    assert "| 4 of 5 met; below: Slow 0.80x | no |" in lines
     assert "| SchedulingWithResourceClaimTemplate: usher >= 1.3x kube-scheduler | 1.25x | no, short by 4% |" in lines
     assert (
         "| SchedulingWithResourceClaimTemplate: usher's CPU per pod <= kube-scheduler's | 1.50x | no, over by 50% |"
         in (lines)
     )
     assert "Big (5000 nodes, 3000 pods): usher's peak RSS <= 2x kube-scheduler's | 3.00x (300 vs 100 MiB) | no" in lines
-    assert "| 5 of 6 (83%) run here or fail only for a feature usher lacks" in lines and lines.endswith("| yes |")
+    assert "| Tiny: usher's CPU per pod <= kube-scheduler's | not compared: 10 pods measured" in lines
+    assert "| 6 of 7 (86%) run here or fail only for a feature usher lacks" in lines and lines.endswith("| yes |")
     assert "w [bench-large]: 5000 nodes" in "\n".join(report.upstream_table(docs))
 
 
