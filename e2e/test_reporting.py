@@ -11,7 +11,15 @@ import pytest
 
 from e2e.controlplane import Cluster, wait_for
 from e2e.faultproxy import Fault, running
-from e2e.test_scheduling import assert_no_node_overcommitted, events_in, pod_manifest, pods_in, scheduled_events
+from e2e.test_scheduling import (
+    assert_no_node_overcommitted,
+    events_in,
+    fits_in,
+    free_room,
+    pod_manifest,
+    pods_in,
+    scheduled_events,
+)
 from e2e.usher_process import UsherProcess
 
 pytestmark = pytest.mark.e2e
@@ -92,7 +100,8 @@ def test_a_200_pod_burst_across_10_nodes_never_overcommits(
     kwok_nodes: Callable[..., str],
     usher: Callable[..., UsherProcess],
 ) -> None:
-    # 10 nodes of different shapes with room for ~170 of these pods: some must stay Pending.
+    # 10 nodes of different shapes: 58 GiB of memory against the 117 GiB the 200 pods ask for, so about half
+    # of them fit (how many depends on which are bound first); the rest must stay Pending.
     nodes = [kwok_nodes(f"n{i}", cpu=str(2 + i % 4), memory=f"{4 + 2 * (i % 3)}Gi", pods=15 + i) for i in range(10)]
     scheduler = usher()
     sizes = [("250m", "256Mi"), ("500m", "512Mi"), ("100m", "1Gi")]
@@ -117,5 +126,9 @@ def test_a_200_pod_burst_across_10_nodes_never_overcommits(
     bound = [p for p in pods_in(core_api, namespace) if p["spec"].get("nodeName")]
     per_node = assert_no_node_overcommitted(core_api, nodes)  # summed from the API, not from usher's state
     assert sum(per_node.values()) == len(bound)
-    assert 100 < len(bound) < 200, f"{len(bound)} bound: the cluster holds well over half, not all"
+    assert 0 < len(bound) < 200, f"{len(bound)} bound: the cluster holds about half"
+    room = free_room(core_api, nodes)
+    pending = [p for p in pods_in(core_api, namespace) if not p["spec"].get("nodeName")]
+    fitting = [p["metadata"]["name"] for p in pending if any(fits_in(p, left) for left in room.values())]
+    assert fitting == [], f"left pending though a node has room for them: {fitting}"
     assert scheduler.metric("scheduler_schedule_attempts_total", result="scheduled") == len(bound)

@@ -61,6 +61,27 @@ def assert_no_node_overcommitted(core_api: kubernetes.client.CoreV1Api, nodes: l
     return per_node
 
 
+def free_room(core_api: kubernetes.client.CoreV1Api, nodes: list[str]) -> dict[str, Counter[str]]:
+    """Each node's allocatable minus what its bound pods request (``pods`` counts pods), read from the API."""
+    client = core_api.api_client
+    all_pods = [client.sanitize_for_serialization(p) for p in core_api.list_pod_for_all_namespaces().items]
+    room: dict[str, Counter[str]] = {}
+    for node_name in nodes:
+        node = client.sanitize_for_serialization(core_api.read_node(node_name))
+        left: Counter[str] = Counter(resource_list(node["status"]["allocatable"]))
+        for pod in all_pods:
+            if pod["spec"].get("nodeName") == node_name:
+                left.subtract(pod_requests(pod))
+                left["pods"] -= 1
+        room[node_name] = left
+    return room
+
+
+def fits_in(pod: dict[str, Any], room: Counter[str]) -> bool:
+    """Whether ``pod``'s requests (and one pod slot) fit in ``room``."""
+    return room["pods"] >= 1 and all(amount <= room[resource] for resource, amount in pod_requests(pod).items())
+
+
 @dataclass(frozen=True)
 class Event:
     """An Event as users see it (read through core/v1, which also serves events.k8s.io Events)."""
