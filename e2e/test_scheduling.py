@@ -42,20 +42,29 @@ def pods_in(core_api: kubernetes.client.CoreV1Api, namespace: str) -> list[dict[
     return [client.sanitize_for_serialization(p) for p in items]
 
 
-def assert_no_node_overcommitted(core_api: kubernetes.client.CoreV1Api, nodes: list[str]) -> Counter[str]:
-    """Every node's bound pods request no more than its allocatable. Returns pods per node."""
+def node_usage(
+    core_api: kubernetes.client.CoreV1Api, nodes: list[str]
+) -> dict[str, tuple[Counter[str], Counter[str], int]]:
+    """Per node, read from the API: its allocatable, what its bound pods request, and how many pods are bound."""
     client = core_api.api_client
     all_pods = [client.sanitize_for_serialization(p) for p in core_api.list_pod_for_all_namespaces().items]
-    per_node: Counter[str] = Counter()
+    usage: dict[str, tuple[Counter[str], Counter[str], int]] = {}
     for node_name in nodes:
         node = client.sanitize_for_serialization(core_api.read_node(node_name))
-        allocatable = resource_list(node["status"]["allocatable"])
         used: Counter[str] = Counter()
         on_node = [p for p in all_pods if p["spec"].get("nodeName") == node_name]
         for pod in on_node:
             used.update(pod_requests(pod))
-        per_node[node_name] = len(on_node)
-        assert len(on_node) <= allocatable["pods"], f"{node_name}: {len(on_node)} pods > {allocatable['pods']}"
+        usage[node_name] = (Counter(resource_list(node["status"]["allocatable"])), used, len(on_node))
+    return usage
+
+
+def assert_no_node_overcommitted(core_api: kubernetes.client.CoreV1Api, nodes: list[str]) -> Counter[str]:
+    """Every node's bound pods request no more than its allocatable. Returns pods per node."""
+    per_node: Counter[str] = Counter()
+    for node_name, (allocatable, used, count) in node_usage(core_api, nodes).items():
+        per_node[node_name] = count
+        assert count <= allocatable["pods"], f"{node_name}: {count} pods > {allocatable['pods']}"
         for resource, amount in used.items():
             assert amount <= allocatable.get(resource, 0), f"{node_name}: {resource} {amount} > {allocatable}"
     return per_node
@@ -63,16 +72,11 @@ def assert_no_node_overcommitted(core_api: kubernetes.client.CoreV1Api, nodes: l
 
 def free_room(core_api: kubernetes.client.CoreV1Api, nodes: list[str]) -> dict[str, Counter[str]]:
     """Each node's allocatable minus what its bound pods request (``pods`` counts pods), read from the API."""
-    client = core_api.api_client
-    all_pods = [client.sanitize_for_serialization(p) for p in core_api.list_pod_for_all_namespaces().items]
     room: dict[str, Counter[str]] = {}
-    for node_name in nodes:
-        node = client.sanitize_for_serialization(core_api.read_node(node_name))
-        left: Counter[str] = Counter(resource_list(node["status"]["allocatable"]))
-        for pod in all_pods:
-            if pod["spec"].get("nodeName") == node_name:
-                left.subtract(pod_requests(pod))
-                left["pods"] -= 1
+    for node_name, (allocatable, used, count) in node_usage(core_api, nodes).items():
+        left = Counter(allocatable)
+        left.subtract(used)
+        left["pods"] -= count
         room[node_name] = left
     return room
 
