@@ -64,6 +64,23 @@ def kwok_nodes(
 
 
 @pytest.fixture
+def settled(core_api: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """Wait until earlier tests' pods are gone from the shared control plane.
+
+    Their namespaces are deleted as those tests end, and the namespace controller removes their pods
+    while the next test runs. Each such removal of a bound pod is an AssignedPodDelete event, on which
+    NodeResourcesFit's hint queues every pod it rejected (as upstream's does), so a test that counts
+    exactly how often its pod was tried asks for this first.
+    """
+
+    def others() -> list[str]:
+        pods = core_api.list_pod_for_all_namespaces().items
+        return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.namespace != namespace]
+
+    wait_for(lambda: not others(), 120, "earlier tests' pods deleted")
+
+
+@pytest.fixture
 def usher(control_plane: Cluster, test_id: str) -> Iterator[Callable[..., UsherProcess]]:
     """Start usher processes (scheduler name ``usher-<test>``); any still running is killed at the end."""
     started: list[UsherProcess] = []

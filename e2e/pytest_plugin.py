@@ -169,6 +169,11 @@ def namespace(request: pytest.FixtureRequest, control_plane: Cluster) -> Iterato
             (dump_dir / f"{name}.yaml").write_text(
                 control_plane.kubectl("get", _NAMESPACE_DUMP_KINDS, "-n", name, "-o", "yaml")
             )
+    # Pods go first and at once: many are bound to kwok nodes their test has already deleted, which
+    # nothing would then terminate until the pod GC's 40 s orphan grace, and each late removal of a
+    # bound pod would be an AssignedPodDelete event in whatever test runs then.
+    with contextlib.suppress(Exception):
+        control_plane.request("DELETE", f"/api/v1/namespaces/{name}/pods?gracePeriodSeconds=0")
     with contextlib.suppress(Exception):
         control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
 
