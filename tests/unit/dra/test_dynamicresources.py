@@ -405,3 +405,46 @@ def test_a_claim_deleted_while_the_pod_is_being_bound_fails_the_binding(handle: 
     status = asyncio.run(fw.run_pre_bind(state, pod, node))
     assert status.code is Code.UNSCHEDULABLE and status.message == 'resourceclaim "c" is being deleted'
     assert handle.claims.writes == [], "nothing written for a claim on its way out"
+
+
+# ---------------------------------------------------------------------- rejections and preemption
+
+
+def test_devices_short_everywhere_are_no_case_for_preemption(handle: FakeHandle, cache: Cache) -> None:
+    """kube-scheduler's statusUnschedulable: "cannot allocate all claims" is UnschedulableAndUnresolvable, so
+    DefaultPreemption tries no node (evicting pods frees no device in its dry run) and says so."""
+    fw = framework_of(
+        "PrioritySort", "NodeResourcesFit", "DynamicResources", "DefaultPreemption", "DefaultBinder", handle=handle
+    )
+    for name in ("a", "b", "c", "d"):  # four low-priority pods take the four devices and are bound
+        handle.dra.on_claim(False, make_claim().name(f"claim-{name}").uid(f"cu-{name}").request("gpu", CLASS).obj())
+        state, pod, node, _ = cycle(fw, cache, claim_pod(name, claim=f"claim-{name}"))
+        assert node is not None and asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+        handle.dra.on_claim(False, handle.claims.stored[f"default/claim-{name}"])
+        bound = claim_pod(name, claim=f"claim-{name}")
+        bound["spec"]["nodeName"] = node
+        cache.add_or_update_pod(PodInfo.from_api(bound))
+    handle.dra.on_claim(False, make_claim().name("claim-high").request("gpu", CLASS).obj())
+    high = claim_pod("high", claim="claim-high")
+    high["spec"]["priority"] = 1000
+    state, pod, node, result = cycle(fw, cache, high)
+    assert node is None
+    assert {status.code for status in result.node_statuses.values()} == {Code.UNSCHEDULABLE_AND_UNRESOLVABLE}
+    answer = fw.run_post_filter(state, pod, result.node_statuses, cache.node_infos())
+    assert answer.nominated_node is None and not answer.victims
+    assert answer.status.message == "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+
+
+def test_a_claim_another_pod_is_allocating_holds_the_pod_unresolvably(handle: FakeHandle, cache: Cache) -> None:
+    """kube-scheduler: "resource claim ... is in the process of being allocated" is UnschedulableAndUnresolvable
+    (the pod waits for the claim's update, and preemption is not tried)."""
+    fw = only_dra(handle)
+    handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
+    _, _, node, _ = cycle(fw, cache, claim_pod("first", claim="shared"))
+    assert node is not None, "reserved: its allocation is in flight, nothing written yet"
+    _, _, node, result = cycle(fw, cache, claim_pod("second", claim="shared"))
+    assert node is None
+    assert (
+        result.message == "0/2 nodes are available: resource claim default/shared is in the process of being allocated."
+    )
+    assert {status.code for status in result.node_statuses.values()} == {Code.UNSCHEDULABLE_AND_UNRESOLVABLE}

@@ -34,6 +34,12 @@
 A malformed selector (CEL error) or object is reported on the pods it
 blocks (UnschedulableAndUnresolvable with the error) and never stops the
 scheduler.
+
+Every rejection is UnschedulableAndUnresolvable, as kube-scheduler's
+statusUnschedulable makes them (a claim allocated elsewhere, in flight or
+being deallocated, devices short on the node): evicting pods frees no device
+in a dry run, so DefaultPreemption leaves these nodes out instead of trying
+each. (An allocation that timed out stays Unschedulable on its node.)
 """
 
 from __future__ import annotations
@@ -101,7 +107,7 @@ STATE_KEY = "DynamicResources/state"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_WRITE_ATTEMPTS = 5
 DEFAULT_FILTER_TIMEOUT = 10.0
-_CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE)
+_CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE, resolvable=False)
 
 
 class DraHandle(Protocol):
@@ -265,7 +271,7 @@ class DynamicResources:
         for _, claim in claims:
             key = claim.key
             if self._dra.deallocating(key):
-                return None, unschedulable(f"resource claim {key} is being deallocated")
+                return None, unschedulable(f"resource claim {key} is being deallocated", resolvable=False)
             if claim.allocation is not None:
                 allocated.append(claim)
                 continue
@@ -275,7 +281,9 @@ class DynamicResources:
                     # Another pod of the same PodGroup reserved it: share the allocation before it is written.
                     pending.append((claim, in_flight))
                     continue
-                return None, unschedulable(f"resource claim {key} is in the process of being allocated")
+                return None, unschedulable(
+                    f"resource claim {key} is in the process of being allocated", resolvable=False
+                )
             for request in claim.requests:
                 for sub in (request.exactly,) if request.exactly is not None else request.first_available:
                     if sub is not None and sub.class_name not in self._dra.classes:
@@ -421,7 +429,9 @@ class DynamicResources:
             return SUCCESS
         for claim, _ in data.pending:
             if not self._dra.share_in_flight(claim.key, pod.key):
-                return unschedulable(f"resource claim {claim.key} is in the process of being allocated")
+                return unschedulable(
+                    f"resource claim {claim.key} is in the process of being allocated", resolvable=False
+                )
         if not data.unallocated:
             return SUCCESS
         outcome = data.outcomes.get(node)
