@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from usher.core.cache import Cache, DisruptionBudget
+from usher.core.dra.model import Claim
 from usher.core.dra.state import DraState
 from usher.core.events import (
     ASSIGNED_POD_ADD,
@@ -118,6 +119,15 @@ class EventHandlers:
     volumes: VolumeState = field(default_factory=VolumeState)
     malformed: list[Malformed] = field(default_factory=list)
     _reflected: dict[PodKey, Incarnation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.dra.on_assumed = self._claim_assumed
+
+    def _claim_assumed(self, old: Claim | None, new: Claim) -> None:
+        """A claim usher wrote (allocation, reservation): its cluster event now, as kube-scheduler's assume
+        cache raises it on Assume, so pods waiting for it need not wait for the watch."""
+        action = ActionType.ADD if old is None else ActionType.UPDATE
+        self.queue.move_all(ClusterEvent(Resource.RESOURCE_CLAIM, action), old.raw if old else None, new.raw)
 
     def is_stale(self, raw: Mapping[str, Any]) -> bool:
         """Whether this pod event belongs to an earlier pod of the same name than the one reflected."""

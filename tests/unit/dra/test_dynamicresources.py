@@ -7,6 +7,7 @@ else is the code that runs in production.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from typing import Any
 
@@ -24,6 +25,7 @@ from usher.core.dra.matching import SelectorResults
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
+from usher.core.handling import EventHandlers
 from usher.core.plugins.dynamicresources import DynamicResources
 from usher.core.queue import Where
 from usher.core.types import Code, NodeName, PodInfo, PodKey
@@ -448,3 +450,62 @@ def test_a_claim_another_pod_is_allocating_holds_the_pod_unresolvably(handle: Fa
         result.message == "0/2 nodes are available: resource claim default/shared is in the process of being allocated."
     )
     assert {status.code for status in result.node_statuses.values()} == {Code.UNSCHEDULABLE_AND_UNRESOLVABLE}
+
+
+def waiting_for(queue: Any, raw: dict[str, Any]) -> PodKey:
+    """Add the pod, pop it and park it as DynamicResources rejected it."""
+    queue.add(PodInfo.from_api(raw))
+    queued = queue.pop()
+    assert queued is not None
+    queue.add_unschedulable(queued, unschedulable_plugins=["DynamicResources"])
+    return queued.pod.key
+
+
+def test_a_claim_change_retries_its_pods_only_when_created_or_its_status_changed(handle: FakeHandle) -> None:
+    """kube-scheduler's isSchedulableAfterClaimChange: a finalizer added (status as before) or an unallocated
+    claim deleted is QueueSkip."""
+    queue = scheduling_queue(FakeClock(), only_dra(handle))
+    claim = make_claim().name("shared").uid("cu").request("gpu", CLASS).obj()
+    handle.dra.on_claim(False, claim)
+    raw = claim_pod("p", claim="shared")
+    handle.dra.index.update_pod(PodKey("default/p"), "default", raw)
+    key = waiting_for(queue, raw)
+    protected = copy.deepcopy(claim)
+    protected["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    assert queue.move_all(CLAIM_UPDATE, claim, protected) == 0
+    assert queue.move_all(ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.DELETE), protected, None) == 0
+    assert queue.get(key).where is Where.UNSCHEDULABLE  # type: ignore[union-attr]
+    allocated = copy.deepcopy(protected)
+    allocated["status"] = {"allocation": {"devices": {"results": []}}}
+    assert queue.move_all(CLAIM_UPDATE, protected, allocated) == 1
+
+
+def test_a_claim_usher_wrote_retries_its_waiting_pods_at_once_and_its_watch_events_raise_nothing(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    """As kube-scheduler's assume cache: the event is raised when the write is assumed, not when the watch
+    catches up (which may be much later under load); the watch's copies of versions already known are no
+    events at all."""
+    fw = only_dra(handle)
+    recorder = Recorder()
+    handlers = EventHandlers(cache, scheduling_queue(FakeClock(), fw, recorder=recorder), {"usher"}, dra=handle.dra)
+    claim = make_claim().name("shared").uid("cu").request("gpu", CLASS).obj()
+    assert handlers.on_dra("resourceclaims", None, claim) == "ResourceClaimAdd"
+    state, first, node, _ = cycle(fw, cache, claim_pod("first", claim="shared"))
+    assert node is not None, "reserved: the allocation is in flight"
+    second = claim_pod("second", claim="shared")
+    handle.dra.index.update_pod(PodKey("default/second"), "default", second)
+    key = waiting_for(handlers.queue, second)
+
+    assert asyncio.run(fw.run_pre_bind(state, first, node)).ok  # the finalizer, then allocation + reservation
+    assert handlers.queue.get(key).where is not Where.UNSCHEDULABLE, "retried when the write was assumed"  # type: ignore[union-attr]
+    assert [hint[:2] for hint in recorder.hints] == [("DynamicResources", "ResourceClaimUpdate")]
+
+    (_, sent), _ = handle.claims.writes
+    protected = copy.deepcopy(sent)
+    protected["metadata"]["resourceVersion"] = str(int(sent["metadata"]["resourceVersion"]) + 1)
+    written = handle.claims.stored["default/shared"]
+    assert handlers.on_dra("resourceclaims", None, protected) == "", "older than the assumed version"
+    assert handlers.on_dra("resourceclaims", None, written) == "", "the assumed version itself"
+    assert handle.dra.claim("default/shared").resource_version == written["metadata"]["resourceVersion"]  # type: ignore[union-attr]
+    assert len(recorder.hints) == 1

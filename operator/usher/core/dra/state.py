@@ -3,7 +3,9 @@ in-flight allocations, and which devices are taken. Pure.
 
 Claims come from the watch, but a claim usher has just written (allocation,
 reservedFor) is *assumed* until the watch returns that resourceVersion or a
-newer one, so the next pod never sees its devices as free. Allocations chosen
+newer one, so the next pod never sees its devices as free; the cluster event
+of such a write is raised then (``on_assumed``), and the watch's copy of a
+version already known raises none, as with kube-scheduler's assume cache. Allocations chosen
 in Reserve but not yet written are *in flight*: their devices are taken too,
 and a second pod sharing the claim waits for them.
 
@@ -17,7 +19,7 @@ in-use devices of a pool can be kept until one of them changes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +84,9 @@ class DraState:
         """Bumped whenever a device may have been taken or freed."""
         self.pool_use_versions: dict[tuple[str, str], int] = {}
         """(driver, pool) -> ``use_version`` when a device of the pool was last taken or freed (absent: never)."""
+        self.on_assumed: Callable[[Claim | None, Claim], None] | None = None
+        """Told ``(old, new)`` when a claim usher wrote becomes the one it knows: the cluster event
+        kube-scheduler's assume cache raises on Assume (the watch event of that version then raises none)."""
 
     # ------------------------------------------------------------------ claims
 
@@ -90,7 +95,9 @@ class DraState:
         return self._assumed.get(key) or self._watched.get(key)
 
     def on_claim(self, deleted: bool, raw: Mapping[str, Any]) -> tuple[Claim | None, Claim | None]:
-        """Apply a watch event; returns (old, new) effective claims for the cluster event."""
+        """Apply a watch event; returns (old, new) effective claims for the cluster event ((None, None): no
+        event, as for a version usher already assumed or a re-delivery, which kube-scheduler's assume cache
+        drops as not newer)."""
         meta = raw.get("metadata") or {}
         key = claim_key(str(meta.get("namespace")), str(meta.get("name")))
         if self._deallocating.get(key, None) not in (None, meta.get("resourceVersion")) or deleted:
@@ -118,6 +125,8 @@ class DraState:
             del self._assumed[key]
         new = self.claim(key)
         self._recount(old, new)
+        if old is not None and new is not None and (old.uid, old.resource_version) == (new.uid, new.resource_version):
+            return None, None
         return old, new
 
     def assume(self, raw: Mapping[str, Any]) -> Claim:
@@ -129,6 +138,8 @@ class DraState:
         if watched is None or not version_not_older(watched.resource_version, claim.resource_version):
             self._assumed[key] = claim
         self._recount(old, self.claim(key))
+        if self.on_assumed is not None and self.claim(key) is claim:
+            self.on_assumed(old, claim)
         return claim
 
     # ------------------------------------------------------------------ deallocation

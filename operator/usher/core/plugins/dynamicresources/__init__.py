@@ -28,8 +28,10 @@
   the in-flight state and removes reservations PreBind already made.
 - Events: claim add/update/delete with a PreQueueingHint that narrows to the
   pods referencing the claim (all pods on deallocation: freed devices may
-  help anyone), the pod's own resourceClaimStatuses, device classes, slices,
-  and nodes.
+  help anyone; none when only the claim's metadata changed or an unallocated
+  claim went, as kube-scheduler skips them), the pod's own
+  resourceClaimStatuses, device classes, slices, and nodes. A claim usher
+  wrote raises its event when the write is assumed (``DraState.on_assumed``).
 
 A malformed selector (CEL error) or object is reported on the pods it
 blocks (UnschedulableAndUnresolvable with the error) and never stops the
@@ -634,13 +636,19 @@ class DynamicResources:
     def _claim_pre_hint(self, old: Any, new: Any) -> PreQueueingHintResult:
         if _deallocated(old, new):
             return ALL_PODS  # freed devices may help any pod waiting for one
+        if _nothing_to_wait_for(old, new):
+            return only()
         obj = new if new is not None else old
         meta = (obj or {}).get("metadata") or {}
         return only(*self._dra.index.pods_for(claim_key(str(meta.get("namespace")), str(meta.get("name")))))
 
     def _claim_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """kube-scheduler's isSchedulableAfterClaimChange: a deallocation helps anyone; otherwise only a claim
+        of the pod's that was created or whose status changed (not, say, its finalizer added)."""
         if _deallocated(old, new):
             return QueueingHint.QUEUE
+        if _nothing_to_wait_for(old, new):
+            return QueueingHint.QUEUE_SKIP
         obj = new if new is not None else old
         meta = (obj or {}).get("metadata") or {}
         if meta.get("namespace") != pod.namespace:
@@ -681,6 +689,14 @@ def _deallocated(old: Any, new: Any) -> bool:
     was = bool(((old or {}).get("status") or {}).get("allocation"))
     now = bool(((new or {}).get("status") or {}).get("allocation")) if new is not None else False
     return was and not now
+
+
+def _nothing_to_wait_for(old: Any, new: Any) -> bool:
+    """A claim deleted without an allocation, or changed with its status as before (kube-scheduler's
+    QueueSkip for both: what a waiting pod needs is the claim created, allocated or reserved)."""
+    if new is None:
+        return not ((old or {}).get("status") or {}).get("allocation")
+    return old is not None and (old.get("status") or {}) == (new.get("status") or {})
 
 
 def _uses_claims(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
