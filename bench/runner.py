@@ -429,9 +429,7 @@ def machine() -> dict[str, Any]:
         for line in f:
             if line.startswith("MemTotal:"):
                 memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = _measured_commit()
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,
