@@ -150,33 +150,48 @@ class NodeResourcesFit:
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
-        wanted = {r: amount for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)}
+        checks = [(r, amount) for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)]
         results: list[Status | None] = []
-        # pods, cpu and memory from NodeInfo's scalar copies; extended resources (rare) from its dicts.
-        # A resource the pod does not request is not checked at all (an overcommitted node still takes a
-        # pod that asks for none of it): -inf passes every comparison.
-        # A node that fails does so on some of these, and the reasons say just which: one Status per
-        # combination serves every node failing alike (a full cluster fails 1000 alike; a pod asking for
-        # an extended resource one node in 500 has fails 499 alike).
-        cpu, memory = wanted.pop(CPU, -math.inf), wanted.pop(MEMORY, -math.inf)
-        others = list(wanted.items())
-        fits = (*_ROOM, *(True for _ in others))
-        failures: dict[tuple[bool, ...], Status] = {}
+        wanted = dict(checks)
+        if wanted.keys() <= {CPU, MEMORY}:
+            # The common pod (cpu and memory at most): NodeInfo's scalar copies, no dict lookups.
+            # A resource the pod does not request is not checked at all (an overcommitted node
+            # still takes a pod that asks for none of it): -inf passes every comparison.
+            # A node that fails does so on pods, cpu, memory or some of them, and the reasons say just which:
+            # one Status per combination serves every node failing alike (a full cluster fails 1000 alike).
+            cpu, memory = wanted.get(CPU, -math.inf), wanted.get(MEMORY, -math.inf)
+            failures: dict[tuple[bool, bool, bool], Status] = {}
+            for node in nodes:
+                room = (
+                    node.requested_pods < node.allocatable_pods,
+                    cpu <= node.allocatable_cpu - node.requested_cpu,
+                    memory <= node.allocatable_memory - node.requested_memory,
+                )
+                if room == _ROOM:
+                    results.append(None)
+                    continue
+                status = failures.get(room)
+                if status is None:
+                    status = failures[room] = self.filter(state, pod, node)
+                results.append(status)
+            return results
+        # Extended resources: ``fit_reasons`` inlined, and one Status per combination of reasons, as above
+        # (a pod asking for a resource one node in 500 has fails 499 alike).
+        ordered = [(resource, amount, insufficient(resource)) for resource, amount in sorted(checks)]
+        by_reasons: dict[tuple[str, ...], Status] = {}
         for node in nodes:
-            room: tuple[bool, ...] = (
-                node.requested_pods < node.allocatable_pods,
-                cpu <= node.allocatable_cpu - node.requested_cpu,
-                memory <= node.allocatable_memory - node.requested_memory,
-            )
-            if others:
-                allocatable, used = node.allocatable, node.requested
-                room += tuple([amount <= allocatable.get(name, 0) - used.get(name, 0) for name, amount in others])
-            if room == fits:
+            allocatable = node.allocatable
+            used = node.requested
+            reasons: tuple[str, ...] = () if used.get(PODS, 0) < allocatable.get(PODS, 0) else (TOO_MANY_PODS,)
+            for resource, amount, message in ordered:
+                if amount > allocatable.get(resource, 0) - used.get(resource, 0):
+                    reasons += (message,)
+            if not reasons:
                 results.append(None)
                 continue
-            status = failures.get(room)
+            status = by_reasons.get(reasons)
             if status is None:
-                status = failures[room] = self.filter(state, pod, node)
+                status = by_reasons[reasons] = unschedulable(*reasons)
             results.append(status)
         return results
 
