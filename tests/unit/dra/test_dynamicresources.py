@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import random
 from typing import Any
 
@@ -509,3 +510,21 @@ def test_a_claim_usher_wrote_retries_its_waiting_pods_at_once_and_its_watch_even
     assert handlers.on_dra("resourceclaims", None, written) == "", "the assumed version itself"
     assert handle.dra.claim("default/shared").resource_version == written["metadata"]["resourceVersion"]  # type: ignore[union-attr]
     assert len(recorder.hints) == 1
+
+
+def test_an_allocation_that_times_out_is_an_error_as_kube_scheduler_makes_it(handle: FakeHandle, cache: Cache) -> None:
+    """kube-scheduler: "timed out trying to allocate devices" is an Error naming the node (the attempt ends, the
+    pod retries after its backoff), not a rejection of that node."""
+    ticks = itertools.count()
+    plugin = DynamicResources(handle, filter_timeout=0.5, now=lambda: float(next(ticks)))
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", CLASS).obj())
+    pod = PodInfo.from_api(claim_pod("p", claim="c"))
+    state = CycleState()
+    nodes = cache.node_infos()
+    assert plugin.pre_filter(state, pod, nodes)[1].ok
+    status = plugin.filter(state, pod, nodes[0])
+    assert (status.code, status.message) == (Code.ERROR, f"node {nodes[0].name}: timed out trying to allocate devices")
+    unlimited = DynamicResources(handle, filter_timeout=0, now=lambda: float(next(ticks)))
+    state = CycleState()
+    assert unlimited.pre_filter(state, pod, nodes)[1].ok
+    assert unlimited.filter(state, pod, nodes[0]).ok

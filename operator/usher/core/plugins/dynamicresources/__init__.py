@@ -41,18 +41,21 @@ Every rejection is UnschedulableAndUnresolvable, as kube-scheduler's
 statusUnschedulable makes them (a claim allocated elsewhere, in flight or
 being deallocated, devices short on the node): evicting pods frees no device
 in a dry run, so DefaultPreemption leaves these nodes out instead of trying
-each. (An allocation that timed out stays Unschedulable on its node.)
+each. An allocation that times out (``filterTimeout``) is an Error, as in
+kube-scheduler: the attempt ends and the pod is retried after its backoff.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from usher.core.dra.allocation import (
     REASON_CANNOT_ALLOCATE,
+    REASON_TIMED_OUT,
     Allocation,
     AllocationOutcome,
     ClaimsPlan,
@@ -180,11 +183,14 @@ class DynamicResources:
         *,
         filter_timeout: float = DEFAULT_FILTER_TIMEOUT,
         selectors: SelectorResults | None = None,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``now``: the clock ``filterTimeout`` is measured on (tests inject one)."""
         self._dra = handle.dra
         self._writer = handle.claims
         self._groups = handle.pod_groups
         self._filter_timeout = filter_timeout
+        self._now = now
         self._inventory: Inventory | None = None
         self._inventory_version = -1
         self._selectors = selectors if selectors is not None else SelectorResults()
@@ -412,6 +418,7 @@ class DynamicResources:
             in_use=data.in_use,
             evaluate=self._selectors,
             timeout=self._filter_timeout if self._filter_timeout > 0 else None,
+            now=self._now,
             pools=pools,
             use_versions=use_versions,
         )
@@ -421,6 +428,10 @@ class DynamicResources:
         if outcome.error:
             # A bad selector or pool blocks this pod until a class, claim or slice changes.
             return unschedulable(outcome.error, resolvable=False)
+        if outcome.reason == REASON_TIMED_OUT:
+            # kube-scheduler: a timeout may be transient, so an Error: the attempt ends and the pod is retried
+            # after its backoff instead of waiting in the unschedulable queue for a cluster event.
+            return error(f"node {node.name}: {REASON_TIMED_OUT}")
         return _CANNOT_ALLOCATE if outcome.reason == REASON_CANNOT_ALLOCATE else unschedulable(outcome.reason)
 
     # ------------------------------------------------------------------ Reserve / Unreserve
