@@ -20,7 +20,7 @@ import yaml
 
 from e2e.controlplane import Cluster, cache_dir, read_versions, wait_for, write_kubeconfig
 from e2e.dra_driver import Driver, claim
-from e2e.test_dra import claim_pod
+from e2e.test_dra import allocate_elsewhere, claim_pod, claims_in, only_on
 from e2e.test_gangs import gang_member, pod_group, pod_group_conditions
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
 from e2e.usher_process import UsherProcess
@@ -203,8 +203,8 @@ class Needed:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     symptom: str
-    """unready: usher cannot list what it must cache; binding, condition, device, event, preemption, volume,
-    podgroup: that write fails; lease: this instance never leads."""
+    """unready: usher cannot list what it must cache; binding, condition, device, deallocation, event,
+    preemption, volume, podgroup: that write fails; lease: this instance never leads."""
 
     @property
     def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
@@ -232,8 +232,11 @@ NEEDED = {
     "without resourceclaims get/list/watch/update usher never gets ready": Needed(
         "ClusterRole", ("resourceclaims",), ("get", "list", "watch", "update"), "unready"
     ),
-    "without resourceclaims/status update/patch no claim is allocated": Needed(
-        "ClusterRole", ("resourceclaims/status",), ("update", "patch"), "device"
+    "without resourceclaims/status update no claim is allocated": Needed(
+        "ClusterRole", ("resourceclaims/status",), ("update",), "device"
+    ),
+    "without resourceclaims/status patch a claim allocated where its pod cannot go stays there": Needed(
+        "ClusterRole", ("resourceclaims/status",), ("patch",), "deallocation"
     ),
     "without resourceclaims/binding update no claim is allocated": Needed(
         "ClusterRole", ("resourceclaims/binding",), ("update",), "device"
@@ -329,6 +332,16 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 driver.publish_node(node, devices=1)
                 driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
                 core_api.create_namespaced_pod(namespace, claim_pod("p", release.release, claim_name="gpu"))
+            elif needed.symptom == "deallocation":
+                driver.publish_class()
+                elsewhere = kwok_nodes("elsewhere")
+                for each in (node, elsewhere):
+                    driver.publish_node(each, devices=1)
+                driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
+                allocate_elsewhere(driver.resource, namespace, "gpu", elsewhere)
+                pinned = claim_pod("p", release.release, claim_name="gpu")
+                pinned["spec"]["affinity"] = only_on(node)
+                core_api.create_namespaced_pod(namespace, pinned)
             elif needed.symptom == "condition":
                 core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release, cpu="100"))
             elif needed.symptom == "preemption":
@@ -369,6 +382,9 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 assert pod().spec.node_name is None
             if needed.symptom == "preemption":
                 assert core_api.read_namespaced_pod("victim", namespace).metadata.deletion_timestamp is None
+            if needed.symptom == "deallocation":
+                (kept,) = claims_in(driver.resource, namespace)
+                assert [r["pool"] for r in kept["status"]["allocation"]["devices"]["results"]] == [elsewhere]
             if needed.symptom == "lease":
                 assert process.metric("leader_election_master_status", name=release.release) == 0
                 assert process.metric("scheduler_schedule_attempts_total") == 0

@@ -142,3 +142,50 @@ def test_deleting_a_bound_pod_frees_its_device_for_a_waiting_pod(
     )
     core_api.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
     wait_for(lambda: core_api.read_namespaced_pod("next", namespace).spec.node_name, 60, "the freed device reused")
+
+
+def allocate_elsewhere(resource: kubernetes.client.ResourceV1Api, namespace: str, name: str, node: str) -> None:
+    """Give the claim an allocation of ``node``'s first device, reserved for nobody, as a scheduler that then lost
+    its pod would leave it (kube-controller-manager deallocates only when the last reservation goes)."""
+    body = resource.api_client.sanitize_for_serialization(resource.read_namespaced_resource_claim(name, namespace))
+    body["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": "gpu-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }
+    }
+    resource.replace_namespaced_resource_claim_status(name, namespace, body)
+
+
+def only_on(node: str) -> dict[str, Any]:
+    """A pod's affinity to one node by name."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def test_a_claim_allocated_where_its_pod_cannot_go_is_deallocated_and_allocated_where_it_can(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    """DynamicResources' PostFilter, as kube-scheduler's: the claim kept the pod off every node it may use and
+    nobody holds it, so its allocation is cleared (a status PATCH) and the pod tried again."""
+    elsewhere, usable = kwok_nodes("elsewhere"), kwok_nodes("usable")
+    for node in (elsewhere, usable):
+        driver.publish_node(node, devices=1)
+    driver.resource.create_namespaced_resource_claim(namespace, claim("c", driver.class_name))
+    allocate_elsewhere(driver.resource, namespace, "c", elsewhere)
+    scheduler = usher()
+    pod = claim_pod("p", scheduler.scheduler_name, claim_name="c")
+    pod["spec"]["affinity"] = only_on(usable)
+    created = core_api.create_namespaced_pod(namespace, pod)
+    wait_for(lambda: core_api.read_namespaced_pod("p", namespace).spec.node_name, 30, "the pod bound")
+    assert core_api.read_namespaced_pod("p", namespace).spec.node_name == usable
+    status = claims_in(driver.resource, namespace)[0]["status"]
+    assert [r["pool"] for r in status["allocation"]["devices"]["results"]] == [usable]
+    assert [r["uid"] for r in status["reservedFor"]] == [created.metadata.uid]
+    assert scheduler.metric("scheduler_schedule_attempts_total", result="unschedulable") >= 1
