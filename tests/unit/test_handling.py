@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from tests.builders import make_node, make_pod
@@ -255,3 +257,28 @@ def test_a_budget_with_an_empty_selector_selects_no_pod() -> None:
 
     empty = DisruptionBudget.from_api({"metadata": {"name": "all"}, "spec": {"selector": {}}})
     assert not empty.selects({"app": "web"}) and not empty.selects({})
+
+
+def test_an_assigned_pod_resized_down_retries_a_pod_waiting_for_room_and_a_status_update_does_not() -> None:
+    """AssignedPodUpdatePodScaleDown from the requests the handlers already parsed, not parsed again."""
+    from tests.unit.test_queue import Recorder
+
+    recorder = Recorder()
+    handlers = EventHandlers(Cache(), scheduling_queue(FakeClock(), recorder=recorder), {"usher"})
+    handlers.on_node("ADDED", make_node().name("n").capacity(cpu="2").obj())
+    big = make_pod().name("big").node("n").req(cpu="1500m").version("1")
+    handlers.on_pod("ADDED", big.obj())
+    handlers.on_pod("ADDED", make_pod().name("waiting").req(cpu="1").obj())
+    queued = handlers.queue.pop()
+    assert queued is not None
+    handlers.queue.add_unschedulable(queued, unschedulable_plugins=["NodeResourcesFit"])
+    running = big.version("2").obj()
+    running["status"]["phase"] = "Running"
+    assert handlers.on_pod("MODIFIED", running) == "AssignedPodUpdate"
+    assert handlers.queue.get(PodKey("default/waiting")).where is Where.UNSCHEDULABLE  # type: ignore[union-attr]
+    resized = copy.deepcopy(running)
+    resized["metadata"]["resourceVersion"] = "3"
+    resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    assert handlers.on_pod("MODIFIED", resized) == "AssignedPodUpdate"
+    assert ("NodeResourcesFit", "AssignedPodUpdatePodScaleDown", "Queue") in recorder.hints
+    assert handlers.queue.get(PodKey("default/waiting")).where is not Where.UNSCHEDULABLE  # type: ignore[union-attr]

@@ -185,8 +185,17 @@ def _conditions(node: Mapping[str, Any]) -> dict[str, Any]:
     return {c.get("type"): c.get("status") for c in _get(node, "status", "conditions") or []}
 
 
-def pod_update_events(old: Mapping[str, Any], new: Mapping[str, Any], *, assigned: bool) -> list[ClusterEvent]:
-    """One event per change of a pod; a change of nothing we track yields a generic Update."""
+def pod_update_events(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    *,
+    assigned: bool,
+    requests: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+) -> list[ClusterEvent]:
+    """One event per change of a pod; a change of nothing we track yields a generic Update.
+
+    ``requests``: the old and new pod's requests when the caller has them parsed (``PodInfo.requests``).
+    """
     from usher.core.resources import pod_requests
 
     resource = Resource.ASSIGNED_POD if assigned else Resource.UNSCHEDULED_POD
@@ -194,7 +203,7 @@ def pod_update_events(old: Mapping[str, Any], new: Mapping[str, Any], *, assigne
     if _get(old, "metadata", "labels") != _get(new, "metadata", "labels"):
         actions |= ActionType.UPDATE_POD_LABEL
     if assigned:
-        old_requests, new_requests = pod_requests(old), pod_requests(new)
+        old_requests, new_requests = requests if requests is not None else (pod_requests(old), pod_requests(new))
         if any(new_requests.get(k, 0) < v for k, v in old_requests.items()):
             actions |= ActionType.UPDATE_POD_SCALE_DOWN
     if _get(old, "spec", "tolerations") != _get(new, "spec", "tolerations"):

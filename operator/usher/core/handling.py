@@ -178,7 +178,7 @@ class EventHandlers:
         if old is None or was_assumed:
             self.queue.move_all(ASSIGNED_POD_ADD, None, pod.raw)
             return ASSIGNED_POD_ADD.label
-        for event in pod_update_events(old.raw, pod.raw, assigned=True):
+        for event in pod_update_events(old.raw, pod.raw, assigned=True, requests=(old.requests, pod.requests)):
             self.queue.move_all(event, old.raw, pod.raw)
         return "AssignedPodUpdate"
 
