@@ -150,9 +150,8 @@ class NodeResourcesFit:
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
-        checks = [(r, amount) for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)]
+        wanted = {r: amount for r, amount in pod.requests.items() if r != PODS and not self._ignored(r)}
         results: list[Status | None] = []
-        wanted = dict(checks)
         if wanted.keys() <= {CPU, MEMORY}:
             # The common pod (cpu and memory at most): NodeInfo's scalar copies, no dict lookups.
             # A resource the pod does not request is not checked at all (an overcommitted node
@@ -175,17 +174,12 @@ class NodeResourcesFit:
                     status = failures[room] = self.filter(state, pod, node)
                 results.append(status)
             return results
-        # Extended resources: ``fit_reasons`` inlined, and one Status per combination of reasons, as above
-        # (a pod asking for a resource one node in 500 has fails 499 alike).
-        ordered = [(resource, amount, insufficient(resource)) for resource, amount in sorted(checks)]
+        # Extended resources: ``fit_reasons``' checks made once per pod, and one Status per combination of
+        # reasons, as above (a pod asking for a resource one node in 500 has fails 499 alike).
+        ordered = _checks(pod, self._ignored)
         by_reasons: dict[tuple[str, ...], Status] = {}
         for node in nodes:
-            allocatable = node.allocatable
-            used = node.requested
-            reasons: tuple[str, ...] = () if used.get(PODS, 0) < allocatable.get(PODS, 0) else (TOO_MANY_PODS,)
-            for resource, amount, message in ordered:
-                if amount > allocatable.get(resource, 0) - used.get(resource, 0):
-                    reasons += (message,)
+            reasons = _shortfalls(node, ordered)
             if not reasons:
                 results.append(None)
                 continue
@@ -365,14 +359,25 @@ def _freed_node(old: Any, new: Any) -> str:
 
 def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
     """Why ``pod`` does not fit on ``node`` (empty: it fits)."""
-    reasons: list[str] = []
-    if node.requested.get(PODS, 0) + 1 > node.allocatable.get(PODS, 0):
-        reasons.append(TOO_MANY_PODS)
-    for resource, amount in sorted(pod.requests.items()):
-        if resource == PODS or (ignored is not None and ignored(resource)):
-            continue
-        if amount > node.allocatable.get(resource, 0) - node.requested.get(resource, 0):
-            reasons.append(insufficient(resource))
+    return list(_shortfalls(node, _checks(pod, ignored)))
+
+
+def _checks(pod: PodInfo, ignored: Any) -> list[tuple[str, int, str]]:
+    """(resource, the pod's request, the reason if short) of each resource checked, by name."""
+    return [
+        (resource, amount, insufficient(resource))
+        for resource, amount in sorted(pod.requests.items())
+        if resource != PODS and not (ignored is not None and ignored(resource))
+    ]
+
+
+def _shortfalls(node: NodeInfo, checks: list[tuple[str, int, str]]) -> tuple[str, ...]:
+    """The reasons ``node`` lacks room for one more pod with these ``checks`` (empty: it fits)."""
+    allocatable, used = node.allocatable, node.requested
+    reasons: tuple[str, ...] = () if used.get(PODS, 0) < allocatable.get(PODS, 0) else (TOO_MANY_PODS,)
+    for resource, amount, reason in checks:
+        if amount > allocatable.get(resource, 0) - used.get(resource, 0):
+            reasons += (reason,)
     return reasons
 
 
