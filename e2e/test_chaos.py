@@ -91,12 +91,12 @@ def assert_consistent(
     # generated name): such an orphan is named by no pod, and usher must have given it nothing.
     named = {s["resourceClaimName"] for p in pods.values() for s in p["status"].get("resourceClaimStatuses") or []}
     assert len(named) == total // 2, "one claim per pod with a template claim"
-    claims = [c for c in claims_in(driver.resource, namespace) if c["metadata"]["name"] in named]
+    listed = claims_in(driver.resource, namespace)
+    claims = [c for c in listed if c["metadata"]["name"] in named]
     assert len(claims) == total // 2, "every claim the pods name exists"
-    for orphan in claims_in(driver.resource, namespace):
-        if orphan["metadata"]["name"] not in named:
-            status = orphan.get("status") or {}
-            assert not status.get("allocation") and not status.get("reservedFor"), f"usher used an orphan: {orphan}"
+    for orphan in (c for c in listed if c["metadata"]["name"] not in named):
+        status = orphan.get("status") or {}
+        assert not status.get("allocation") and not status.get("reservedFor"), f"usher used an orphan: {orphan}"
     for item in claims:
         status = item.get("status") or {}
         allocation = status.get("allocation")
