@@ -20,7 +20,7 @@ from usher.core.cycle import NodeSampler, schedule
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.interface import BatchFilterPlugin, BatchScorePlugin
 from usher.core.framework.runtime import Framework
-from usher.core.types import PodInfo, Status
+from usher.core.types import Code, PodInfo, Status
 
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
@@ -114,7 +114,12 @@ def test_the_default_profile_filters_and_scores_in_batches() -> None:
         "NodeResourcesFit",
         "DynamicResources",  # with claims: tests/unit/dra/test_batch_filter.py
     }
-    assert {p.name for p in scorers} >= {"TaintToleration", "NodeResourcesFit", "NodeResourcesBalancedAllocation"}
+    assert {p.name for p in scorers} >= {
+        "TaintToleration",
+        "NodeResourcesFit",
+        "NodeResourcesBalancedAllocation",
+        "PodTopologySpread",  # its constraints: tests/unit/plugins/test_podtopologyspread.py
+    }
 
 
 @settings(max_examples=150, deadline=None)
@@ -131,7 +136,10 @@ def test_batch_answers_equal_per_node_answers(cluster: tuple[list[NodeInfo], Pod
     for scorer in scorers:
         state = CycleState()
         if hasattr(scorer, "pre_score"):
-            assert scorer.pre_score(state, pod, nodes).ok
+            pre = scorer.pre_score(state, pod, nodes)
+            if pre.code is Code.SKIP:  # nothing to score this pod by (PodTopologySpread without constraints)
+                continue
+            assert pre.ok
         single = [scorer.score(state, pod, node) for node in nodes]
         assert all(status.ok for _, status in single)
         scores, status = scorer.score_nodes(state, pod, nodes)

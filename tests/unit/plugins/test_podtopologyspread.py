@@ -22,7 +22,7 @@ from usher.core.plugins.podtopologyspread import (
     parse_args,
 )
 from usher.core.plugins.podtopologyspread.filtering import compute_pre_filter_state
-from usher.core.plugins.podtopologyspread.scoring import compute_pre_score_state
+from usher.core.plugins.podtopologyspread.scoring import compute_pre_score_state, score_node
 from usher.core.types import Code, NodeName, PodInfo, PodKey, QueueingHint, Status
 
 HOST = "kubernetes.io/hostname"
@@ -127,6 +127,8 @@ def scores(
         value, score_status = plugin.score(state, info, n)
         assert score_status.ok
         result[n.name] = value
+    batch, batch_status = plugin.score_nodes(state, info, scored)
+    assert batch_status.ok and batch == list(result.values())
     assert plugin.normalize_scores(state, info, result).ok
     return {str(name): value for name, value in result.items()}
 
@@ -834,4 +836,12 @@ def test_counts_kept_across_cycles_equal_a_fresh_count_while_the_cluster_changes
         assert plugin.pre_score(state, incoming, feasible).ok
         fresh_score = compute_pre_score_state(incoming, soft_constraints, feasible, nodes, require_all_topologies=True)
         kept_score = state.get("PreScorePodTopologySpread")
-        assert kept_score == fresh_score, f"step {step}"
+        assert (kept_score.counts, kept_score.weights, kept_score.ignored, kept_score.host_constraints) == (
+            fresh_score.counts,
+            fresh_score.weights,
+            fresh_score.ignored,
+            fresh_score.host_constraints,
+        ), f"step {step}"
+        # Score's per-node hostname counts, kept across cycles, equal a fresh count too.
+        kept_scores, status = plugin.score_nodes(state, incoming, feasible)
+        assert status.ok and kept_scores == [score_node(fresh_score, n) for n in feasible], f"step {step}"

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
+    BatchScorePlugin,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
@@ -42,7 +43,6 @@ from usher.core.framework.interface import (
     PreFilterResult,
     PreScorePlugin,
     ScoreNormalizer,
-    ScorePlugin,
 )
 from usher.core.framework.names import POD_TOPOLOGY_SPREAD
 from usher.core.hints import ClusterEventWithHint
@@ -72,6 +72,7 @@ from usher.core.plugins.podtopologyspread.filtering import (
 )
 from usher.core.plugins.podtopologyspread.filtering import signature as filter_signature
 from usher.core.plugins.podtopologyspread.scoring import (
+    HostCounts,
     PreScoreState,
     compute_pre_score_state,
     normalize,
@@ -118,6 +119,8 @@ class PodTopologySpread:
         """Per-node PreFilter counts of recent kinds of incoming pods (``filtering.signature``)."""
         self._score_shares_for = ByKind(NodeShares)
         """Per-node PreScore counts of recent kinds of incoming pods (``scoring.signature``)."""
+        self._host_counts_for: ByKind[HostCounts] = ByKind(dict)
+        """Per-node Score counts (hostname constraints) of recent kinds of incoming pods (``scoring.signature``)."""
 
     # -- PreFilter / Filter ---------------------------------------------------
 
@@ -169,11 +172,12 @@ class PodTopologySpread:
             return SKIP
         # Only system-default spreading lets nodes without a zone label still spread by hostname.
         require_all = self.source.has_own(pod) or not self.source.system_defaulted
-        shares = self._score_shares_for(score_signature(pod, constraints, require_all))
+        kind = score_signature(pod, constraints, require_all)
+        shares, hosts = self._score_shares_for(kind), self._host_counts_for(kind)
         state.write(
             PRE_SCORE_STATE_KEY,
             compute_pre_score_state(
-                pod, constraints, nodes, all_nodes, require_all_topologies=require_all, shares=shares
+                pod, constraints, nodes, all_nodes, require_all_topologies=require_all, shares=shares, hosts=hosts
             ),
         )
         return SUCCESS
@@ -183,6 +187,12 @@ class PodTopologySpread:
         if pre is None:
             return 0, error(f"reading {PRE_SCORE_STATE_KEY!r} from cycleState: not found")
         return score_node(pre, node), SUCCESS
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
+        if pre is None:
+            return [], error(f"reading {PRE_SCORE_STATE_KEY!r} from cycleState: not found")
+        return [score_node(pre, node) for node in nodes], SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
@@ -277,6 +287,6 @@ def new(args: Mapping[str, Any], handle: Handle) -> PodTopologySpread:
 _check_pre_filter: type[PreFilterPlugin] = PodTopologySpread
 _check_filter: type[FilterPlugin] = PodTopologySpread
 _check_pre_score: type[PreScorePlugin] = PodTopologySpread
-_check_score: type[ScorePlugin] = PodTopologySpread
+_check_score: type[BatchScorePlugin] = PodTopologySpread
 _check_normalizer: type[ScoreNormalizer] = PodTopologySpread
 _check_events: type[EnqueueExtensions] = PodTopologySpread

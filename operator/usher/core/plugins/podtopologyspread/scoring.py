@@ -11,7 +11,8 @@ kube-scheduler's formula, reproduced exactly:
   (each node's counts kept across cycles for pods that ask alike: ``NodeShares``).
 - Score sums, per constraint, ``count in the node's domain x weight +
   (maxSkew - 1)`` and rounds half away from zero; hostname constraints count
-  the node's own pods.
+  the node's own pods (each node's count kept across cycles, with its
+  generation, for pods that ask alike: ``HostCounts``).
 - NormalizeScore reverses: ``100 x (max + min - score) / max`` (100 for every
   node when max is 0), so the least loaded domain scores highest.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from usher.core.framework.interface import MAX_NODE_SCORE
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
 
 
+HostCounts = dict[NodeName, tuple[int, tuple[int, ...]]]
+"""node -> (its generation, its matching pods per constraint, 0 for all but hostname ones), valid while the
+generation holds."""
+
+
 @dataclass(slots=True)
 class PreScoreState:
     """Matching-pod counts per constraint and domain, computed once per cycle for Score."""
@@ -51,6 +57,15 @@ class PreScoreState:
     counts: list[dict[str, int]]
     """Per constraint: topology value (of a feasible node) -> matching pods; empty for hostname constraints."""
     weights: list[float]
+    hosts: HostCounts = field(default_factory=dict)
+    """Kept across cycles for pods with this signature: each node's own matching pods per hostname constraint
+    (Score fills it in as it meets nodes)."""
+    host_constraints: tuple[int, ...] = ()
+    """Indices of the hostname constraints (Score counts them on the node)."""
+
+
+MAX_STALE_HOSTS = 1024
+"""Entries of nodes no longer there that ``HostCounts`` may hold before it is emptied."""
 
 
 def topology_normalizing_weight(size: int) -> float:
@@ -69,9 +84,10 @@ def compute_pre_score_state(
     *,
     require_all_topologies: bool,
     shares: NodeShares | None = None,
+    hosts: HostCounts | None = None,
 ) -> PreScoreState:
     """``shares``: each node's counts for pods with this ``signature``, kept from earlier cycles; only nodes
-    whose generation moved are counted again."""
+    whose generation moved are counted again. ``hosts``: the same for hostname constraints (Score fills it)."""
     ignored: set[NodeName] = set()
     counts: list[dict[str, int]] = [{} for _ in constraints]
     for node in feasible:
@@ -102,7 +118,12 @@ def compute_pre_score_state(
         if kept:
             for value in domain:  # the domains of feasible nodes (none for hostname constraints)
                 domain[value] = kept.get(value, 0)
-    return PreScoreState(constraints, pod.namespace, ignored, counts, weights)
+    if hosts is None:
+        hosts = {}
+    elif len(hosts) > 2 * len(all_nodes) + MAX_STALE_HOSTS:  # nodes came and went: forget the gone ones
+        hosts.clear()
+    host_constraints = tuple(i for i, c in enumerate(constraints) if c.topology_key == LABEL_HOSTNAME)
+    return PreScoreState(constraints, pod.namespace, ignored, counts, weights, hosts, host_constraints)
 
 
 def _node_counts(
@@ -135,17 +156,28 @@ def signature(pod: PodInfo, constraints: Sequence[Constraint], require_all_topol
 def score_node(state: PreScoreState, node: NodeInfo) -> int:
     if node.name in state.ignored:
         return 0
+    on_host = _host_counts(state, node) if state.host_constraints else ()
     total = 0.0
     for i, constraint in enumerate(state.constraints):
         value = node.labels.get(constraint.topology_key)
         if value is None:
             continue
-        if constraint.topology_key == LABEL_HOSTNAME:
-            count = count_matching(node.pods.values(), constraint, state.namespace)
-        else:
-            count = state.counts[i].get(value, 0)
+        count = on_host[i] if constraint.topology_key == LABEL_HOSTNAME else state.counts[i].get(value, 0)
         total += score_for_count(count, constraint.max_skew, state.weights[i])
     return math.floor(total + 0.5)  # Go's math.Round: half away from zero (scores are never negative)
+
+
+def _host_counts(state: PreScoreState, node: NodeInfo) -> tuple[int, ...]:
+    """The node's own matching pods per constraint (0 for all but hostname ones), kept while the node's
+    generation holds."""
+    kept = state.hosts.get(node.name)
+    if kept is not None and kept[0] == node.generation:
+        return kept[1]
+    counts = [0] * len(state.constraints)
+    for i in state.host_constraints:
+        counts[i] = count_matching(node.pods.values(), state.constraints[i], state.namespace)
+    kept = state.hosts[node.name] = (node.generation, tuple(counts))
+    return kept[1]
 
 
 def normalize(state: PreScoreState, scores: dict[NodeName, int]) -> None:
