@@ -6,7 +6,7 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from usher.core.cache import Cache
-from usher.core.types import NodeName, PodInfo
+from usher.core.types import NodeName, PodInfo, PodKey
 
 
 def pod(**kw: str) -> PodInfo:
@@ -208,3 +208,26 @@ def test_a_node_info_gets_a_new_generation_on_every_change_and_a_clone_keeps_it_
     seen.add(info.generation)
     info.node_gone()
     assert info.generation not in seen and not info.exists
+
+
+def test_the_journal_names_the_nodes_changed_since_a_generation_newest_first() -> None:
+    cache = Cache()
+    for name in ("a", "b", "c"):
+        cache.add_or_update_node(make_node().name(name).obj())
+    nodes = cache.node_infos()
+    journal = nodes.journal
+    assert journal is not None
+    mark = journal.latest
+    assert journal.changed_since(mark) == []
+    cache.add_or_update_pod(PodInfo.from_api(make_pod().name("p").uid("p").node("b").obj()))
+    cache.add_or_update_node(make_node().name("a").label("zone", "z").obj())
+    assert [n.name for n in journal.changed_since(mark)] == ["a", "b"]
+    assert journal.latest == max(n.generation for n in nodes)
+    clone = nodes[2].clone()
+    clone.remove_pod(PodKey("default/none"))
+    clone.add_pod(PodInfo.from_api(make_pod().name("q").uid("q").node("c").obj()))
+    assert [n.name for n in journal.changed_since(mark)] == ["a", "b"], "a clone's changes are not the cache's"
+    assert cache.node_infos() is nodes, "the same nodes: the same list"
+    cache.remove_node("c")
+    assert cache.node_infos() is not nodes
+    assert "c" not in [n.name for n in journal.changed_since(0)]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from usher.core.cache.budgets import DisruptionBudget
-from usher.core.cache.nodeinfo import NodeInfo
+from usher.core.cache.nodeinfo import Journal, NodeInfo
 from usher.core.podgroups import Member, PodGroupStates
 from usher.core.types import NodeName, PodInfo, PodKey
 
@@ -48,6 +48,9 @@ class NodeList(list[NodeInfo]):
     with_required_anti_affinity: Mapping[NodeName, NodeInfo]
     claim_refs: Mapping[str, int]
     """``namespace/claim`` -> how many counted pods (on any node, listed or not) use that claim."""
+    journal: Journal | None = None
+    """The cache's record of which nodes changed, on the cache's own list only (the same list object means
+    the same nodes: the cache builds a new one when a node appears or goes)."""
 
 
 def nodes_with_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
@@ -114,6 +117,7 @@ class Cache:
         self._services: dict[str, dict[str, Mapping[str, str]]] = {}
         self._node_list: NodeList | None = None
         """Existing nodes in name order, rebuilt only when a node appears or goes."""
+        self._journal = Journal()
         self._with_affinity: dict[NodeName, NodeInfo] = {}
         self._with_required_anti_affinity: dict[NodeName, NodeInfo] = {}
         self._claim_refs: dict[str, int] = {}
@@ -125,7 +129,7 @@ class Cache:
         name = NodeName(str((raw.get("metadata") or {}).get("name") or ""))
         info = self._nodes.get(name)
         if info is None:
-            info = self._nodes[name] = NodeInfo(name=name)
+            info = self._nodes[name] = NodeInfo(name=name, journal=self._journal)
         if not info.exists:
             self._node_list = None
         info.set_node(raw)
@@ -141,6 +145,7 @@ class Cache:
             info.node_gone()
         else:
             del self._nodes[NodeName(name)]
+            self._journal.forget(NodeName(name))
 
     # -- namespaces (for namespaceSelector terms) ------------------------------
 
@@ -213,6 +218,7 @@ class Cache:
         self._track_affinity(info)
         if not info.exists and not info.pods:
             del self._nodes[node]
+            self._journal.forget(node)
 
     def _place(self, pod: PodInfo, node: NodeName) -> None:
         previous = self._pod_nodes.get(pod.key)
@@ -220,7 +226,7 @@ class Cache:
             self._unplace(pod.key)
         info = self._nodes.get(node)
         if info is None:
-            info = self._nodes[node] = NodeInfo(name=node)
+            info = self._nodes[node] = NodeInfo(name=node, journal=self._journal)
         replaced = info.pods.get(pod.key)
         if replaced is not None:
             self._count_claims(replaced, -1)
@@ -299,6 +305,7 @@ class Cache:
             nodes.with_affinity = self._with_affinity
             nodes.with_required_anti_affinity = self._with_required_anti_affinity
             nodes.claim_refs = self._claim_refs
+            nodes.journal = self._journal
             self._node_list = nodes
         return self._node_list
 

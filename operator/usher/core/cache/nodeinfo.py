@@ -31,6 +31,37 @@ def non_zero_requests(pod: PodInfo) -> tuple[int, int]:
     )
 
 
+class Journal:
+    """The cache's nodes, the most recently changed last: which changed since a generation, without a walk
+    of every node (kube-scheduler's snapshot keeps its NodeInfos in a list ordered the same way)."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self) -> None:
+        self._nodes: dict[NodeName, NodeInfo] = {}
+
+    def record(self, node: NodeInfo) -> None:
+        self._nodes.pop(node.name, None)
+        self._nodes[node.name] = node
+
+    def forget(self, name: NodeName) -> None:
+        self._nodes.pop(name, None)
+
+    @property
+    def latest(self) -> int:
+        """The newest generation of any node recorded (0 for none)."""
+        return next((node.generation for node in reversed(self._nodes.values())), 0)
+
+    def changed_since(self, generation: int) -> list[NodeInfo]:
+        """The nodes whose generation is newer than ``generation``, newest first."""
+        changed: list[NodeInfo] = []
+        for node in reversed(self._nodes.values()):
+            if node.generation <= generation:
+                break
+            changed.append(node)
+        return changed
+
+
 @dataclass(slots=True)
 class NodeInfo:
     """One node and the pods counted on it, with the sums plugins read kept current on every add and remove.
@@ -66,11 +97,18 @@ class NodeInfo:
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
     """Renewed on every change of the node or its pods (kube-scheduler's NodeInfo.Generation): a plugin may
     keep what it derived from a node for as long as the generation holds."""
+    journal: Journal | None = None
+    """The cache's record of changes, told of every new generation (None for a clone)."""
+
+    def _changed(self) -> None:
+        self.generation = next(_GENERATIONS)
+        if self.journal is not None:
+            self.journal.record(self)
 
     def set_node(self, raw: Mapping[str, Any]) -> None:
         status = raw.get("status") or {}
         spec = raw.get("spec") or {}
-        self.generation = next(_GENERATIONS)
+        self._changed()
         self.raw = raw
         self.allocatable = resource_list(status.get("allocatable"))
         self.unschedulable = bool(spec.get("unschedulable"))
@@ -82,7 +120,7 @@ class NodeInfo:
 
     def node_gone(self) -> None:
         """The Node object was deleted while pods still count here (a placeholder until they go)."""
-        self.generation = next(_GENERATIONS)
+        self._changed()
         self.raw = None
 
     def _copy_requested(self) -> None:
@@ -96,7 +134,7 @@ class NodeInfo:
     def add_pod(self, pod: PodInfo) -> None:
         if pod.key in self.pods:
             self.remove_pod(pod.key)
-        self.generation = next(_GENERATIONS)
+        self._changed()
         self.pods[pod.key] = pod
         add_into(self.requested, pod.requests)
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
@@ -113,7 +151,7 @@ class NodeInfo:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
-        self.generation = next(_GENERATIONS)
+        self._changed()
         for name, amount in pod.requests.items():
             self.requested[name] = self.requested.get(name, 0) - amount
         self.requested[PODS] = self.requested.get(PODS, 0) - 1

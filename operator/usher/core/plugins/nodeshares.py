@@ -83,7 +83,7 @@ class NodeShares:
     walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
     every pod of the cluster: kube-scheduler walks them all, in parallel."""
 
-    __slots__ = ("_nodes", "_reference", "_sums")
+    __slots__ = ("_list", "_mark", "_nodes", "_reference", "_sums")
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[int, list[Entry]]] = {}
@@ -91,6 +91,10 @@ class NodeShares:
         """(topologyKey, value) -> [summed weight, entries counted]."""
         self._reference: dict[str, str | None] = {}
         """Label key read by an existing pod's term -> the value (None: absent) every kept entry was made for."""
+        self._list: Sequence[NodeInfo] | None = None
+        """The cache's node list the shares were last brought up to date with (see ``_mark``)."""
+        self._mark = 0
+        """The cache journal's newest generation then: a node with a newer one changed since."""
 
     def refresh(
         self,
@@ -99,30 +103,47 @@ class NodeShares:
         entries_of: Callable[[NodeInfo, set[str]], list[Entry]],
     ) -> None:
         """Walk again the nodes of ``nodes`` whose generation moved (all, when ``labels`` differ from the
-        reference), forget nodes no longer there."""
+        reference), forget nodes no longer there.
+
+        Given the cache's own list again (``NodeList.journal``: the same nodes), only the nodes its journal
+        shows changed since the last refresh are looked at, not every node."""
         if any(labels.get(key) != value for key, value in self._reference.items()):
             self._nodes.clear()
             self._sums.clear()
             self._reference.clear()
+            self._list = None
+        journal = getattr(nodes, "journal", None)
+        if journal is not None and nodes is self._list:
+            for node in journal.changed_since(self._mark):
+                if node.exists:  # a placeholder for pods of an unknown node is in no list
+                    self._walk(node, labels, entries_of)
+            self._mark = journal.latest
+            return
         seen = 0
         for node in nodes:
             seen += 1
-            kept = self._nodes.get(node.name)
-            if kept is not None and kept[0] == node.generation:
-                continue
-            read: set[str] = set()
-            entries = entries_of(node, read)
-            for key in read:
-                # No kept entry read this key (else it is in the reference already, with this pod's value).
-                self._reference.setdefault(key, labels.get(key))
-            if kept is not None:
-                self._count(kept[1], -1)
-            self._count(entries, 1)
-            self._nodes[node.name] = (node.generation, entries)
+            self._walk(node, labels, entries_of)
         if seen != len(self._nodes):  # nodes left (deleted, or no longer holding pods with terms)
             present = {node.name for node in nodes}
             for name in [n for n in self._nodes if n not in present]:
                 self._count(self._nodes.pop(name)[1], -1)
+        self._list, self._mark = (nodes, journal.latest) if journal is not None else (None, 0)
+
+    def _walk(
+        self, node: NodeInfo, labels: Mapping[str, str], entries_of: Callable[[NodeInfo, set[str]], list[Entry]]
+    ) -> None:
+        kept = self._nodes.get(node.name)
+        if kept is not None and kept[0] == node.generation:
+            return
+        read: set[str] = set()
+        entries = entries_of(node, read)
+        for key in read:
+            # No kept entry read this key (else it is in the reference already, with this pod's value).
+            self._reference.setdefault(key, labels.get(key))
+        if kept is not None:
+            self._count(kept[1], -1)
+        self._count(entries, 1)
+        self._nodes[node.name] = (node.generation, entries)
 
     def by_key(self) -> dict[str, dict[str, int]]:
         """topologyKey -> value -> summed weight, for every pair some entry counts in."""
