@@ -77,6 +77,7 @@ from usher.core.plugins.podtopologyspread.scoring import (
     compute_pre_score_state,
     normalize,
     score_node,
+    score_nodes,
 )
 from usher.core.plugins.podtopologyspread.scoring import signature as score_signature
 from usher.core.selectors import SelectorError
@@ -192,7 +193,7 @@ class PodTopologySpread:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         if pre is None:
             return [], error(f"reading {PRE_SCORE_STATE_KEY!r} from cycleState: not found")
-        return [score_node(pre, node) for node in nodes], SUCCESS
+        return score_nodes(pre, nodes), SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)

@@ -72,10 +72,6 @@ def topology_normalizing_weight(size: int) -> float:
     return math.log(size + 2)
 
 
-def score_for_count(count: int, max_skew: int, weight: float) -> float:
-    return count * weight + (max_skew - 1)
-
-
 def compute_pre_score_state(
     pod: PodInfo,
     constraints: list[Constraint],
@@ -154,17 +150,32 @@ def signature(pod: PodInfo, constraints: Sequence[Constraint], require_all_topol
 
 
 def score_node(state: PreScoreState, node: NodeInfo) -> int:
-    if node.name in state.ignored:
-        return 0
-    on_host = _host_counts(state, node) if state.host_constraints else ()
-    total = 0.0
-    for i, constraint in enumerate(state.constraints):
-        value = node.labels.get(constraint.topology_key)
-        if value is None:
+    return score_nodes(state, (node,))[0]
+
+
+def score_nodes(state: PreScoreState, nodes: Sequence[NodeInfo]) -> list[int]:
+    """Each node's raw score: per constraint with the node in one of its domains, ``count x weight +
+    (maxSkew - 1)``, summed and rounded half away from zero (Go's math.Round; scores are never negative)."""
+    ignored, host_constraints = state.ignored, state.host_constraints
+    terms = [
+        (c.topology_key, c.topology_key == LABEL_HOSTNAME, i, state.counts[i], state.weights[i], c.max_skew - 1)
+        for i, c in enumerate(state.constraints)
+    ]
+    floor = math.floor
+    scores: list[int] = []
+    for node in nodes:
+        if node.name in ignored:
+            scores.append(0)
             continue
-        count = on_host[i] if constraint.topology_key == LABEL_HOSTNAME else state.counts[i].get(value, 0)
-        total += score_for_count(count, constraint.max_skew, state.weights[i])
-    return math.floor(total + 0.5)  # Go's math.Round: half away from zero (scores are never negative)
+        on_host = _host_counts(state, node) if host_constraints else ()
+        labels = node.labels
+        total = 0.0
+        for key, on_hostname, i, counts, weight, skew in terms:
+            value = labels.get(key)
+            if value is not None:
+                total += (on_host[i] if on_hostname else counts.get(value, 0)) * weight + skew
+        scores.append(floor(total + 0.5))
+    return scores
 
 
 def _host_counts(state: PreScoreState, node: NodeInfo) -> tuple[int, ...]:
