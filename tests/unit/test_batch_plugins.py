@@ -113,6 +113,7 @@ def test_the_default_profile_filters_and_scores_in_batches() -> None:
         "TaintToleration",
         "NodeResourcesFit",
         "DynamicResources",  # with claims: tests/unit/dra/test_batch_filter.py
+        "PodTopologySpread",  # with constraints: tests/unit/plugins/test_podtopologyspread.py
     }
     assert {p.name for p in scorers} >= {
         "TaintToleration",

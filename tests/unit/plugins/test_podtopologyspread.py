@@ -104,7 +104,10 @@ def filter_all(plugin: PodTopologySpread, incoming: Any, nodes: list[NodeInfo]) 
     if status.code is Code.SKIP:
         return {n.name: Status() for n in nodes}
     assert status.ok, status
-    return {n.name: plugin.filter(state, info, n) for n in nodes}
+    one_by_one = {n.name: plugin.filter(state, info, n) for n in nodes}
+    batch = plugin.filter_nodes(state, info, nodes)
+    assert batch == [None if verdict.ok else verdict for verdict in one_by_one.values()]
+    return one_by_one
 
 
 def feasible(plugin: PodTopologySpread, incoming: Any, nodes: list[NodeInfo]) -> set[str]:

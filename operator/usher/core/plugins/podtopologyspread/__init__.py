@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
+    BatchFilterPlugin,
     BatchScorePlugin,
     EnqueueExtensions,
-    FilterPlugin,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
@@ -69,6 +69,7 @@ from usher.core.plugins.podtopologyspread.filtering import (
     PreFilterState,
     compute_pre_filter_state,
     filter_node,
+    filter_nodes,
 )
 from usher.core.plugins.podtopologyspread.filtering import signature as filter_signature
 from usher.core.plugins.podtopologyspread.scoring import (
@@ -144,6 +145,12 @@ class PodTopologySpread:
         if pre is None:
             return error(f"reading {PRE_FILTER_STATE_KEY!r} from cycleState: not found")
         return filter_node(pre, pod, node)
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        pre: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
+        if pre is None:
+            return [error(f"reading {PRE_FILTER_STATE_KEY!r} from cycleState: not found")] * len(nodes)
+        return filter_nodes(pre, nodes)
 
     # -- PreFilter extensions (preemption's dry runs, nominated pods) ------------
 
@@ -286,7 +293,7 @@ def new(args: Mapping[str, Any], handle: Handle) -> PodTopologySpread:
 
 
 _check_pre_filter: type[PreFilterPlugin] = PodTopologySpread
-_check_filter: type[FilterPlugin] = PodTopologySpread
+_check_filter: type[BatchFilterPlugin] = PodTopologySpread
 _check_pre_score: type[PreScorePlugin] = PodTopologySpread
 _check_score: type[BatchScorePlugin] = PodTopologySpread
 _check_normalizer: type[ScoreNormalizer] = PodTopologySpread

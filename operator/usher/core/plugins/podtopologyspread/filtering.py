@@ -134,11 +134,29 @@ def signature(pod: PodInfo, constraints: Sequence[Constraint]) -> Hashable:
 
 
 def filter_node(state: PreFilterState, pod: PodInfo, node: NodeInfo) -> Status:
-    for i, constraint in enumerate(state.constraints):
-        value = node.labels.get(constraint.topology_key)
-        if value is None:
-            return _LABEL_MISSING
-        skew = state.counts[i].get(value, 0) + state.self_match[i] - state.global_min(i)
-        if skew > constraint.max_skew:
-            return _SKEWED
-    return SUCCESS
+    return filter_nodes(state, (node,))[0] or SUCCESS
+
+
+def filter_nodes(state: PreFilterState, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+    """Per node, None where every constraint's skew stays within maxSkew, else the rejection:
+
+    skew = pods in the node's domain + (1 if the pod matches its own selector) - global minimum
+    """
+    terms = [
+        (c.topology_key, state.counts[i], state.self_match[i] - state.global_min(i), c.max_skew)
+        for i, c in enumerate(state.constraints)
+    ]
+    results: list[Status | None] = []
+    for node in nodes:
+        labels = node.labels
+        result: Status | None = None
+        for key, counts, offset, max_skew in terms:
+            value = labels.get(key)
+            if value is None:
+                result = _LABEL_MISSING
+                break
+            if counts.get(value, 0) + offset > max_skew:
+                result = _SKEWED
+                break
+        results.append(result)
+    return results
