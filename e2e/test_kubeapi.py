@@ -1,0 +1,118 @@
+"""usher's own HTTP client (``KubeApi`` over ``http1``) against the real API server.
+
+Every write usher makes goes through it, so the other e2e tests exercise it throughout; these pin the
+parts they would not notice: connections are kept alive, a chunked answer (Go's server streams any body
+past its buffer) is read whole, an answer's status and headers reach the caller, and a call that timed out
+leaves no half-read connection behind to be reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+
+from e2e.controlplane import ControlPlane
+from usher.adapters.connecting import connect
+from usher.adapters.kubeapi import KubeApi
+
+pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
+
+
+def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitable[T]]) -> T:
+    async def run() -> T:
+        connection = await connect(str(control_plane.kubeconfig))
+        api = KubeApi(connection.async_config)
+        try:
+            return await scenario(api)
+        finally:
+            await api.close()
+
+    return asyncio.run(run())
+
+
+def config_map(name: str, size: int = 10) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"blob": "x" * size}}
+
+
+def test_calls_one_after_another_share_one_kept_alive_connection(control_plane: ControlPlane, namespace: str) -> None:
+    async def scenario(api: KubeApi) -> tuple[list[int], int | None]:
+        statuses = []
+        for i in range(20):
+            created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map(f"c{i}"))
+            statuses.append(created.status)
+        return statuses, api.connections_made
+
+    statuses, connections = with_api(control_plane, scenario)
+    assert statuses == [201] * 20
+    assert connections == 1
+
+
+def test_a_chunked_list_is_read_whole(control_plane: ControlPlane, namespace: str) -> None:
+    async def scenario(api: KubeApi) -> tuple[str | None, list[str]]:
+        for i in range(40):
+            created = await api.request(
+                "POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map(f"big{i:02d}", 4000)
+            )
+            assert created.status == 201, created.message
+        listed = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
+        assert listed.ok, listed.message
+        names = sorted(item["metadata"]["name"] for item in listed.body["items"])
+        return listed.headers.get("Transfer-Encoding"), [n for n in names if n.startswith("big")]
+
+    encoding, names = with_api(control_plane, scenario)
+    assert encoding == "chunked", "the API server streamed the list"
+    assert names == [f"big{i:02d}" for i in range(40)]
+
+
+def test_an_error_answer_gives_its_status_message_and_headers(control_plane: ControlPlane, namespace: str) -> None:
+    async def scenario(api: KubeApi) -> tuple[int, str, str | None, dict[str, object]]:
+        missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
+        patched = await api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/configmaps/nothing",
+            {"data": {"a": "b"}},
+            content_type="application/merge-patch+json",
+        )
+        created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map("m"))
+        merged = await api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/configmaps/m",
+            {"data": {"a": "b"}},
+            content_type="application/merge-patch+json",
+        )
+        assert created.status == 201 and patched.status == 404
+        return missing.status, missing.message, missing.headers.get("Content-Type"), merged.body["data"]
+
+    status, message, content_type, data = with_api(control_plane, scenario)
+    assert status == 404
+    assert message == 'pods "nobody" not found'
+    assert content_type == "application/json"
+    assert data == {"blob": "x" * 10, "a": "b"}
+
+
+def test_a_call_that_timed_out_leaves_no_connection_to_reuse(control_plane: ControlPlane, namespace: str) -> None:
+    async def scenario(api: KubeApi) -> tuple[bool, int, int | None]:
+        await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
+        before = api.connections_made
+        timed_out = False
+        try:  # a watch answers only when something changes: nothing does
+            await api.request(
+                "GET",
+                f"/api/v1/namespaces/{namespace}/secrets?watch=1&resourceVersion=0&timeoutSeconds=60&fieldSelector=metadata.name%3Dnone",
+                timeout=0.5,
+            )
+        except TimeoutError:
+            timed_out = True
+        after = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
+        assert before is not None
+        return timed_out, after.status, (api.connections_made or 0) - before
+
+    timed_out, status, opened = with_api(control_plane, scenario)
+    assert timed_out
+    assert status == 200
+    assert opened == 1, "the timed-out connection was closed and a new one opened"
