@@ -28,8 +28,12 @@ def test_quantities_parse_to_exact_integers(name: str, text: str, amount: int) -
     assert to_amount(name, text) == amount
 
 
-@pytest.mark.parametrize("text", ["", "1.2.3", "ten", "1Qi", "--1"], ids=lambda t: f"rejects {t!r}")
-def test_malformed_quantities_are_rejected(text: str) -> None:
+@pytest.mark.parametrize(
+    "text",
+    ["", "1.2.3", "ten", "1Qi", "--1", None, True, {"a": 1}, [1], float("nan"), float("inf"), "NaN"],
+    ids=lambda t: f"rejects {t!r}",
+)
+def test_malformed_quantities_are_rejected(text: object) -> None:
     with pytest.raises(QuantityError):
         to_amount("cpu", text)
 

@@ -7,6 +7,7 @@ are exact integer comparisons.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -59,9 +60,24 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return amount * _DECIMAL_SUFFIXES[suffix]
 
 
-def to_amount(name: str, value: str | int | float) -> int:
-    """A quantity as the integer usher compares: millicores for cpu, rounded-up units otherwise."""
+def to_amount(name: str, value: object) -> int:
+    """A quantity as the integer usher compares: millicores for cpu, rounded-up units otherwise.
+
+    Anything but a finite string or number quantity is a QuantityError (a ValueError), never another
+    exception: a malformed pod is reported on that pod."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"invalid quantity {value!r}")
+    return _amount(name, value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _amount(name: str, value: str | int | float) -> int:
+    """Kept per (name, quantity): every watch event of a pod parses its requests again, and a cluster's pods
+    use few distinct quantities ("100m", "500Mi"), so a parse (a regex and Decimal arithmetic) is mostly a
+    dictionary lookup. A malformed quantity raises every time (exceptions are not kept)."""
     quantity = parse_quantity(value)
+    if not quantity.is_finite():
+        raise QuantityError(f"invalid quantity {value!r}")
     if name == CPU:
         return math.ceil(quantity * 1000)
     return math.ceil(quantity)
