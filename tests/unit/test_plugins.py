@@ -110,6 +110,23 @@ def test_fit_reports_every_missing_resource() -> None:
     assert status.reasons == ("Too many pods", "Insufficient cpu", "Insufficient memory")
 
 
+def test_fit_reasons_come_in_kube_schedulers_order() -> None:
+    """Pods, cpu, memory, ephemeral-storage (fitsRequest's order), then the others by name: not alphabetical."""
+    fit = NodeResourcesFit(parse_args({}))
+    node = node_info(make_node().capacity(cpu="1", memory="1Gi", pods=0).obj())
+    pod = make_pod().req(cpu="2", memory="2Gi", ephemeral_storage="1Gi").obj()
+    pod["spec"]["containers"][0]["resources"]["requests"].update({"a.com/x": "1", "hugepages-2Mi": "2Mi"})
+    status = fit.filter(CycleState(), info(pod), node)
+    assert status.reasons == (
+        "Too many pods",
+        "Insufficient cpu",
+        "Insufficient memory",
+        "Insufficient ephemeral-storage",
+        "Insufficient a.com/x",
+        "Insufficient hugepages-2Mi",
+    )
+
+
 def test_ignored_resources_and_groups_are_not_checked() -> None:
     fit = NodeResourcesFit(parse_args({"ignoredResources": ["a.com/x"], "ignoredResourceGroups": ["b.com"]}))
     node = node_info(make_node().capacity(cpu="1", memory="1Gi", pods=10).obj())

@@ -362,11 +362,16 @@ def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[st
     return list(_shortfalls(node, _checks(pod, ignored)))
 
 
+_CHECK_ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
+"""kube-scheduler's fitsRequest checks cpu, memory and ephemeral-storage in this order, then the others (in
+Go's map order: usher takes them by name)."""
+
+
 def _checks(pod: PodInfo, ignored: Any) -> list[tuple[str, int, str]]:
-    """(resource, the pod's request, the reason if short) of each resource checked, by name."""
+    """(resource, the pod's request, the reason if short) of each resource checked, in kube-scheduler's order."""
     return [
         (resource, amount, insufficient(resource))
-        for resource, amount in sorted(pod.requests.items())
+        for resource, amount in sorted(pod.requests.items(), key=lambda item: (_CHECK_ORDER.get(item[0], 3), item[0]))
         if resource != PODS and not (ignored is not None and ignored(resource))
     ]
 
