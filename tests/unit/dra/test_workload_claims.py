@@ -250,9 +250,13 @@ def test_an_in_flight_allocation_lasts_until_the_last_pod_sharing_it_lets_go() -
 def test_an_unknown_pod_group_keeps_its_pods_claims_unreserved() -> None:
     cache, handle, fw = world()
     handle.dra.on_claim(False, make_claim().name("shared").uid("cu").request("gpu", CLASS).obj())
-    _, node, message = cycle(fw, cache, member("a", "ghost", SHARED))
+    pod = member("a", "ghost", SHARED)
+    _, node, message = cycle(fw, cache, pod)
     assert node is None
     assert message == '0/2 nodes are available: podgroup.scheduling.k8s.io "ghost" not found.'
+    # As kube-scheduler's statusUnschedulable: preemption cannot conjure the PodGroup up.
+    outcome = fw.run_pre_filter(CycleState(), pod, cache.node_infos())
+    assert outcome.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE, outcome.status
 
 
 # ---------------------------------------------------------------------- PostFilter, PodGroupPostFilter

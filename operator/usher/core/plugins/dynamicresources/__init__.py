@@ -248,7 +248,7 @@ class DynamicResources:
             return {claim.key: own for _, claim in claims}, SUCCESS
         group = self._groups.pod_group(key)
         if group is None:
-            return {}, unschedulable(f'podgroup.scheduling.k8s.io "{pod.pod_group}" not found')
+            return {}, unschedulable(f'podgroup.scheduling.k8s.io "{pod.pod_group}" not found', resolvable=False)
         for group_claim in group.claims:
             if (group_claim.claim_name is None) == (group_claim.template_name is None):
                 return {}, unschedulable(
@@ -432,7 +432,10 @@ class DynamicResources:
             # kube-scheduler: a timeout may be transient, so an Error: the attempt ends and the pod is retried
             # after its backoff instead of waiting in the unschedulable queue for a cluster event.
             return error(f"node {node.name}: {REASON_TIMED_OUT}")
-        return _CANNOT_ALLOCATE if outcome.reason == REASON_CANNOT_ALLOCATE else unschedulable(outcome.reason)
+        # Every other failure, as each of kube-scheduler's: statusUnschedulable, which preemption cannot help.
+        if outcome.reason == REASON_CANNOT_ALLOCATE:
+            return _CANNOT_ALLOCATE
+        return unschedulable(outcome.reason, resolvable=False)
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
