@@ -78,6 +78,13 @@ def test_answers_without_a_body_end_with_their_headers(raw: bytes, no_body: bool
     assert response is not None and response.body == b"" and response.keep_alive
 
 
+def test_an_interim_answer_is_skipped_for_the_final_one() -> None:
+    raw = b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + FIXED
+    for response in every_split(raw):
+        assert response is not None and (response.status, response.body) == (201, b'{"kind":1}\n')
+        assert "Link" not in response.headers
+
+
 def test_repeated_headers_are_joined() -> None:
     raw = b"HTTP/1.1 200 OK\r\nWarning: one\r\nWarning: two\r\nContent-Length: 0\r\n\r\n"
     response = ResponseParser().feed(raw)
@@ -92,6 +99,7 @@ def test_repeated_headers_are_joined() -> None:
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nab", "more bytes than the response's Content-Length"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n", "bad chunk size"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", "a chunk does not end in CRLF"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX", "more bytes after the chunked response"),
     ],
