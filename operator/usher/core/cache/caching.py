@@ -24,7 +24,7 @@ a placeholder NodeInfo so it is counted once the node appears.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,18 +52,47 @@ class NodeList(list[NodeInfo]):
     """The cache's record of which nodes changed, on the cache's own list only (the same list object means
     the same nodes: the cache builds a new one when a node appears or goes)."""
 
+    @property
+    def origin(self) -> NodeList:
+        """The cache's list these nodes are (all of)."""
+        return self
 
-def nodes_with_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
+    def includes(self, node: NodeInfo) -> bool:
+        """Whether an existing node of ``origin`` is one of these: all are."""
+        return True
+
+
+class NodeSubset(list[NodeInfo]):
+    """The nodes of a cache's `NodeList` that ``includes`` picks: a plugin that keeps per-node work
+    (`NodeShares`) follows it through the journal, as it follows the whole list."""
+
+    def __init__(self, origin: NodeList, includes: Callable[[NodeInfo], bool], nodes: Iterable[NodeInfo]) -> None:
+        super().__init__(nodes)
+        self.origin = origin
+        self.journal = origin.journal
+        self.includes = includes
+
+
+def _has_affinity_pods(node: NodeInfo) -> bool:
+    return node.exists and node.pods_with_affinity > 0
+
+
+def _has_required_anti_affinity_pods(node: NodeInfo) -> bool:
+    return node.exists and node.pods_with_required_anti_affinity > 0
+
+
+def nodes_with_affinity_pods(nodes: Sequence[NodeInfo]) -> Sequence[NodeInfo]:
     """The nodes of ``nodes`` holding a pod with any affinity or anti-affinity term."""
     if isinstance(nodes, NodeList):
-        return [node for node in nodes.with_affinity.values() if node.exists]
+        return NodeSubset(nodes, _has_affinity_pods, (n for n in nodes.with_affinity.values() if n.exists))
     return [node for node in nodes if node.pods_with_affinity > 0]
 
 
-def nodes_with_required_anti_affinity_pods(nodes: Sequence[NodeInfo]) -> Iterable[NodeInfo]:
+def nodes_with_required_anti_affinity_pods(nodes: Sequence[NodeInfo]) -> Sequence[NodeInfo]:
     """The nodes of ``nodes`` holding a pod with a required anti-affinity term."""
     if isinstance(nodes, NodeList):
-        return [node for node in nodes.with_required_anti_affinity.values() if node.exists]
+        picked = (n for n in nodes.with_required_anti_affinity.values() if n.exists)
+        return NodeSubset(nodes, _has_required_anti_affinity_pods, picked)
     return [node for node in nodes if node.pods_with_required_anti_affinity > 0]
 
 

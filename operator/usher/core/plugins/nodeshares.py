@@ -83,7 +83,7 @@ class NodeShares:
     walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
     every pod of the cluster: kube-scheduler walks them all, in parallel."""
 
-    __slots__ = ("_list", "_mark", "_nodes", "_reference", "_sums")
+    __slots__ = ("_includes", "_list", "_mark", "_nodes", "_reference", "_sums")
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[int, list[Entry]]] = {}
@@ -93,6 +93,8 @@ class NodeShares:
         """Label key read by an existing pod's term -> the value (None: absent) every kept entry was made for."""
         self._list: Sequence[NodeInfo] | None = None
         """The cache's node list the shares were last brought up to date with (see ``_mark``)."""
+        self._includes: Callable[[NodeInfo], bool] | None = None
+        """Which of that list's nodes they were (the whole list, or a ``NodeSubset``'s choice)."""
         self._mark = 0
         """The cache journal's newest generation then: a node with a newer one changed since."""
 
@@ -105,18 +107,26 @@ class NodeShares:
         """Walk again the nodes of ``nodes`` whose generation moved (all, when ``labels`` differ from the
         reference), forget nodes no longer there.
 
-        Given the cache's own list again (``NodeList.journal``: the same nodes), only the nodes its journal
-        shows changed since the last refresh are looked at, not every node."""
+        Given nodes of the same cache list as last time (a ``NodeList``, or a ``NodeSubset`` of it: the same
+        nodes exist), only the nodes its journal shows changed since the last refresh are looked at, not
+        every node: walked again if still among ``nodes`` (``includes``), forgotten if not."""
         if any(labels.get(key) != value for key, value in self._reference.items()):
             self._nodes.clear()
             self._sums.clear()
             self._reference.clear()
             self._list = None
         journal = getattr(nodes, "journal", None)
-        if journal is not None and nodes is self._list:
+        origin = getattr(nodes, "origin", None)
+        includes = getattr(nodes, "includes", None)
+        if journal is not None and origin is not None and origin is self._list and includes == self._includes:
+            assert includes is not None
             for node in journal.changed_since(self._mark):
-                if node.exists:  # a placeholder for pods of an unknown node is in no list
+                if node.exists and includes(node):
                     self._walk(node, labels, entries_of)
+                else:  # left ``nodes`` (its last pod with terms went) or a placeholder in no list
+                    kept = self._nodes.pop(node.name, None)
+                    if kept is not None:
+                        self._count(kept[1], -1)
             self._mark = journal.latest
             return
         seen = 0
@@ -127,7 +137,10 @@ class NodeShares:
             present = {node.name for node in nodes}
             for name in [n for n in self._nodes if n not in present]:
                 self._count(self._nodes.pop(name)[1], -1)
-        self._list, self._mark = (nodes, journal.latest) if journal is not None else (None, 0)
+        if journal is not None and origin is not None:
+            self._list, self._includes, self._mark = origin, includes, journal.latest
+        else:
+            self._list, self._includes, self._mark = None, None, 0
 
     def _walk(
         self, node: NodeInfo, labels: Mapping[str, str], entries_of: Callable[[NodeInfo, set[str]], list[Entry]]

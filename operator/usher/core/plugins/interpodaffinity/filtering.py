@@ -138,7 +138,7 @@ def existing_anti_affinity_counts(
     ``shares``: each node's pairs for pods in this namespace (with these namespace labels), kept from earlier
     cycles (``existing_signature``); only nodes whose generation moved are walked again, and all of them when
     the pod's labels differ on a key those terms read."""
-    visited = list(nodes_with_required_anti_affinity_pods(nodes))
+    visited = nodes_with_required_anti_affinity_pods(nodes)
     if shares is None:
         return sum_entries(visited, lambda node: _existing_entries(pod, node, cache, pod_ns_labels))
     shares.refresh(visited, pod.labels, lambda node, read: _existing_entries(pod, node, cache, pod_ns_labels, read))

@@ -63,7 +63,7 @@ def topology_scores(
         return _node_entries(pod, terms, node, cache, ns_labels_of, pod_ns_labels, hard_pod_affinity_weight, read)
 
     # Without preferred terms of its own, only nodes holding pods with terms can add anything.
-    visited = nodes if has_constraints else list(nodes_with_affinity_pods(nodes))
+    visited = nodes if has_constraints else nodes_with_affinity_pods(nodes)
     if shares is None:
         sums = by_key(sum_entries(visited, entries_of))
     else:
