@@ -78,6 +78,9 @@ class NodeInfo:
     non_zero_requested: ResourceList = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    taint_shape: tuple[tuple[Any, Any, Any], ...] = ()
+    """(key, value, effect) of each taint, in order: all a toleration is matched against, hashable, so nodes
+    tainted alike share one answer (TaintToleration keeps one per shape within a cycle)."""
     used_ports: dict[HostPort, int] = field(default_factory=dict)
     """Host ports taken by pods on this node -> how many pods hold each."""
     pods_with_affinity: int = 0
@@ -114,6 +117,7 @@ class NodeInfo:
         self.unschedulable = bool(spec.get("unschedulable"))
         self.labels = dict((raw.get("metadata") or {}).get("labels") or {})
         self.taints = tuple(spec.get("taints") or ())
+        self.taint_shape = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in self.taints)
         self.allocatable_cpu = self.allocatable.get(CPU, 0)
         self.allocatable_memory = self.allocatable.get(MEMORY, 0)
         self.allocatable_pods = self.allocatable.get(PODS, 0)
@@ -181,6 +185,7 @@ class NodeInfo:
             non_zero_requested=dict(self.non_zero_requested),
             labels=self.labels,
             taints=self.taints,
+            taint_shape=self.taint_shape,
             used_ports=dict(self.used_ports),
             pods_with_affinity=self.pods_with_affinity,
             pods_with_required_anti_affinity=self.pods_with_required_anti_affinity,

@@ -91,16 +91,25 @@ class TaintToleration:
             return [None] * len(nodes)
         tolerations = pod_tolerations(pod.raw)
         rejections: dict[str, Status] = {}  # one Status per reason: many nodes carry the same taint
+        # Per taint shape: nodes tainted alike (a node pool) get the same answer, worked out once.
+        answers: dict[tuple[tuple[Any, Any, Any], ...], Status | None] = {}
         results: list[Status | None] = []
         for node in nodes:
-            taint = untolerated_taint(node.taints, tolerations, DO_NOT_SCHEDULE) if node.taints else None
-            if taint is None:
+            if not node.taints:
                 results.append(None)
                 continue
-            reason = untolerated_reason(taint)
-            status = rejections.get(reason)
-            if status is None:
-                status = rejections[reason] = unschedulable(reason, resolvable=False)
+            shape = node.taint_shape
+            if shape in answers:
+                results.append(answers[shape])
+                continue
+            taint = untolerated_taint(node.taints, tolerations, DO_NOT_SCHEDULE)
+            status = None
+            if taint is not None:
+                reason = untolerated_reason(taint)
+                status = rejections.get(reason)
+                if status is None:
+                    status = rejections[reason] = unschedulable(reason, resolvable=False)
+            answers[shape] = status
             results.append(status)
         return results
 
@@ -117,7 +126,17 @@ class TaintToleration:
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
         if not any(map(_TAINTS, nodes)):  # C-level scan: this runs for every cycle
             return [0] * len(nodes), SUCCESS
-        return [self.score(state, pod, node)[0] if node.taints else 0 for node in nodes], SUCCESS
+        counts: dict[tuple[tuple[Any, Any, Any], ...], int] = {}  # per taint shape, as in filter_nodes
+        scores: list[int] = []
+        for node in nodes:
+            if not node.taints:
+                scores.append(0)
+                continue
+            count = counts.get(node.taint_shape)
+            if count is None:
+                count = counts[node.taint_shape] = self.score(state, pod, node)[0]
+            scores.append(count)
+        return scores, SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         default_normalize(scores, reverse=True)
