@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes.aio.client
+import kubernetes.aio.client.rest
 
 from usher.adapters.http1 import HttpPool
 
@@ -157,13 +158,7 @@ class KubeApi:
 
 
 def _ssl_context(config: kubernetes.aio.client.Configuration) -> ssl.SSLContext:
-    """The TLS settings the Kubernetes client's own session would use (its RESTClientObject's)."""
-    context = ssl.create_default_context(cafile=config.ssl_ca_cert, cadata=config.ca_cert_data)
-    if config.cert_file:
-        context.load_cert_chain(config.cert_file, keyfile=config.key_file)
-    if not config.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if config.disable_strict_ssl_verification:
-        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    """The TLS settings the Kubernetes client's own session would use: its RESTClientObject builds them
+    (CA, client certificate, verify_ssl, strict verification) without opening a session."""
+    context: ssl.SSLContext = kubernetes.aio.client.rest.RESTClientObject(config).ssl_context
     return context
