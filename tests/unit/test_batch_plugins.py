@@ -114,6 +114,8 @@ def test_the_default_profile_filters_and_scores_in_batches() -> None:
         "NodeResourcesFit",
         "DynamicResources",  # with claims: tests/unit/dra/test_batch_filter.py
         "PodTopologySpread",  # with constraints: tests/unit/plugins/test_podtopologyspread.py
+        "VolumeBinding",  # with claims: tests/unit/plugins/test_volumebinding.py
+        "NodeVolumeLimits",  # with claims: tests/unit/plugins/test_nodevolumelimits.py
     }
     assert {p.name for p in scorers} >= {
         "TaintToleration",

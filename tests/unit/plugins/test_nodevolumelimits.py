@@ -636,6 +636,7 @@ def test_attachments_kept_per_node_equal_a_fresh_count_while_pods_claims_pvs_and
         event("csinodes", make_csi_node(name, {EBS: 2, GCE: 2}))
     placed: list[str] = []
     answers = set()
+    without_csinode: set[str] = set()
     for step in range(200):
         action = rnd.random()
         claim = rnd.choice(claims)
@@ -677,8 +678,17 @@ def test_attachments_kept_per_node_equal_a_fresh_count_while_pods_claims_pvs_and
         state = CycleState()  # one cycle: PreFilter once, then Filter on every node, as the framework runs them
         _, pre = kept.pre_filter(state, incoming, cache.node_infos())
         assert pre.ok
+        per_node = []
         for info in cache.node_infos():
             got, want = kept.filter(state, incoming, info), run(fresh, incoming, info)
             assert (got.code, got.reasons) == (want.code, want.reasons), f"step {step}, node {info.name}"
             answers.add(got.code)
+            per_node.append((got.code, got.reasons))
+        # The batch (nodes without a CSINode share one answer) says the same, node for node.
+        batch_state = CycleState()
+        kept.pre_filter(batch_state, incoming, cache.node_infos())
+        batched = kept.filter_nodes(batch_state, incoming, cache.node_infos())
+        assert [FITS if s is None else (s.code, s.reasons) for s in batched] == per_node, f"step {step}"
+        without_csinode.update(info.name for info in cache.node_infos() if info.name not in volumes.csi_nodes)
     assert {Code.SUCCESS, Code.UNSCHEDULABLE} <= answers
+    assert without_csinode, "some steps had nodes without a CSINode (the batch's shared answer)"

@@ -16,6 +16,7 @@ from usher.core.plugins.volumebinding import (
     REASON_NODE_CONFLICT,
     REASON_NOT_ENOUGH_SPACE,
     REASON_PV_NOT_EXIST,
+    STATE_KEY,
     UNBOUND_IMMEDIATE,
     VolumeBinding,
 )
@@ -305,6 +306,56 @@ def test_a_pod_whose_claims_are_all_bound_has_nothing_to_prebind() -> None:
     state, _, _ = filtered(plugin, pod)
     assert plugin.reserve(state, pod, "n1").ok
     assert handle.volume_writer.writes == []
+
+
+def bound_pair(claim: str, volume: str, node: str | None = None) -> tuple[tuple[str, dict[str, Any]], ...]:
+    made = make_pv().name(volume).storage_class(WFFC).claimed_by("default", claim).phase("Bound")
+    return (
+        pvc(make_pvc().name(claim).storage_class(WFFC).bound(volume).obj()),
+        pv((made.on_node(node) if node else made).obj()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("objects", "claims", "scored"),
+    [
+        (bound_pair("data", "pv-1"), ("data",), False),
+        (bound_pair("data", "pv-1", node="n2"), ("data",), False),
+        ((*bound_pair("a", "pv-a"), *bound_pair("b", "pv-b", node="n1")), ("a", "b"), False),
+        ((*bound_pair("a", "pv-a", node="n1"), *bound_pair("b", "pv-b", node="n2")), ("a", "b"), False),
+        ((pvc(make_pvc().name("data").bound("gone").obj()),), ("data",), False),
+        ((*bound_pair("a", "pv-a", node="n2"), pvc(make_pvc().name("b").bound("gone").obj())), ("a", "b"), False),
+        ((*bound_pair("a", "pv-a"), pvc(make_pvc().name("b").storage_class(WFFC).obj())), ("a", "b"), True),
+    ],
+    ids=[
+        "bound, no node affinity",
+        "bound, pinned to n2",
+        "two bound, one pinned",
+        "two bound, pinned apart",
+        "bound to a missing volume",
+        "one pinned, one bound to a missing volume",
+        "one bound, one delayed",
+    ],
+)
+def test_filter_nodes_answers_and_records_as_filter_does_node_by_node(
+    objects: tuple[tuple[str, dict[str, Any]], ...], claims: tuple[str, ...], scored: bool
+) -> None:
+    plugin, handle = setup(*objects)
+    handle.volumes.on_event("storageclasses", False, make_storage_class(WFFC, provisioner="example.com/csi"))
+    pod = pod_using(*claims)
+    infos = nodes()
+    one_by_one, batched = CycleState(), CycleState()
+    assert plugin.pre_filter(one_by_one, pod, infos)[1].ok
+    assert plugin.pre_filter(batched, pod, infos)[1].ok
+    expected = [None if status.ok else status for status in (plugin.filter(one_by_one, pod, n) for n in infos)]
+    assert plugin.filter_nodes(batched, pod, infos) == expected
+    assert batched.get(STATE_KEY).by_node == one_by_one.get(STATE_KEY).by_node
+    # Only a delayed claim gives a node something to score. Without one PreScore skips the plugin,
+    # which adds what every node scoring 0 would.
+    assert (plugin.pre_score(batched, pod, infos).code is not Code.SKIP) == scored
+    if not scored:
+        passed = [node for node, status in zip(infos, expected, strict=True) if status is None]
+        assert [plugin.score(one_by_one, pod, node)[0] for node in passed] == [0] * len(passed)
 
 
 # ---------------------------------------------------------------------- args and hints

@@ -191,6 +191,25 @@ class NodeVolumeLimits:
                 return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
         return SUCCESS
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """``filter`` for many nodes. A node without a CSINode has no limits and no migration, so ``filter``'s
+        answer there depends on the pod alone: worked out for the first such node, it serves the others."""
+        if not _volumes(pod.raw):
+            return [None] * len(nodes)
+        csi_nodes = self._volumes.csi_nodes
+        results: list[Status | None] = []
+        bare: list[Status | None] = []  # the answer for nodes without a CSINode, once known
+        for node in nodes:
+            if node.name in csi_nodes:
+                status = self.filter(state, pod, node)
+                results.append(None if status.code is Code.SUCCESS else status)
+                continue
+            if not bare:
+                status = self.filter(state, pod, node)
+                bare.append(None if status.code is Code.SUCCESS else status)
+            results.append(bare[0])
+        return results
+
     def _wanted(self, state: CycleState, pod: PodInfo, csi_node: CsiNode | None) -> dict[str, str] | Status:
         """The incoming pod's attachable volumes (a copy), or why they cannot be told. They depend on the node
         only through whether it has a CSINode (migration), so each cycle works them out at most twice."""

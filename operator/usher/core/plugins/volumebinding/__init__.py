@@ -151,7 +151,6 @@ class _CycleData:
     delayed: list[Claim]
     """Unbound claims of WaitForFirstConsumer classes."""
     by_node: dict[str, PodVolumes] = field(default_factory=dict)
-    has_static: bool = False
     all_bound: bool = False
     assumed_claims: list[str] = field(default_factory=list)
     assumed_volumes: list[str] = field(default_factory=list)
@@ -240,8 +239,29 @@ class VolumeBinding:
         if reasons:
             return unschedulable(*_ordered(reasons), resolvable=False)
         data.by_node[node.name] = volumes
-        data.has_static = data.has_static or bool(volumes.static)
         return SUCCESS
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        """``filter`` for many nodes. A pod whose claims are all bound (the common case) has its PVs looked
+        up once, only the PVs with node affinity are checked per node, and the nodes that pass share one
+        empty PodVolumes: nothing to bind, so nothing ever changes it (Reserve puts a new one in place)."""
+        data: _CycleData | None = state.get(STATE_KEY)
+        volumes = [self._volumes.volume(claim.volume_name) for claim in data.bound] if data is not None else []
+        if data is None or data.delayed or None in volumes:
+            return [_passed(self.filter(state, pod, node)) for node in nodes]
+        pinned = [volume for volume in volumes if volume is not None and volume.node_affinity is not None]
+        nothing = PodVolumes()
+        by_node = data.by_node
+        conflict: Status | None = None
+        results: list[Status | None] = []
+        for node in nodes:
+            if pinned and not all(volume.fits_node(node.labels) for volume in pinned):
+                conflict = conflict or unschedulable(REASON_NODE_CONFLICT, resolvable=False)
+                results.append(conflict)
+                continue
+            by_node[node.name] = nothing
+            results.append(None)
+        return results
 
     def _find_for_delayed(
         self, delayed: Sequence[Claim], node: NodeInfo, volumes: PodVolumes, reasons: list[str]
@@ -306,7 +326,9 @@ class VolumeBinding:
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
         data: _CycleData | None = state.get(STATE_KEY)
-        if data is None or not data.by_node:
+        if data is None or not data.by_node or not data.delayed:
+            # Only a delayed claim gives a node something to score (a PV chosen for it, or room to provision):
+            # with none, every node would score 0.
             return Status(Code.SKIP)
         return SUCCESS
 
@@ -478,6 +500,10 @@ class VolumeBinding:
             ClusterEventWithHint(ClusterEvent(Resource.CSI_DRIVER, ActionType.UPDATE), hint=_csi_driver_hint),
             ClusterEventWithHint(ClusterEvent(Resource.CSI_STORAGE_CAPACITY, add_update), hint=_capacity_hint),
         ]
+
+
+def _passed(status: Status) -> Status | None:
+    return None if status.code is Code.SUCCESS else status
 
 
 def _ordered(reasons: list[str]) -> list[str]:
