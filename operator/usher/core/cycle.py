@@ -131,20 +131,24 @@ def schedule(
         if len(chunk) < size:  # wrapped past the last node
             chunk += candidates[: size - len(chunk)]
         statuses = framework.run_filter_nodes(state, pod, chunk)
-        for node, status in zip(chunk, statuses, strict=True):
-            evaluated += 1
+        node_statuses = result.node_statuses
+        last: Status | None = None  # nodes failing alike share one Status: look at each once
+        for index, (node, status) in enumerate(zip(chunk, statuses, strict=True)):
             if status is None:
                 feasible.append(node)
                 continue
-            if status.code is Code.ERROR:
-                result.status = status
-                result.evaluated = evaluated
-                return result
-            result.node_statuses[node.name] = status
-            if status.code is Code.PENDING:
-                result.pending_plugins.add(status.plugin)
-            else:
-                result.unschedulable_plugins.add(status.plugin)
+            if status is not last:
+                if status.code is Code.ERROR:
+                    result.status = status
+                    result.evaluated = evaluated + index + 1
+                    return result
+                if status.code is Code.PENDING:
+                    result.pending_plugins.add(status.plugin)
+                else:
+                    result.unschedulable_plugins.add(status.plugin)
+                last = status
+            node_statuses[node.name] = status
+        evaluated += len(chunk)
     if total:
         sampler.next_start = (start + evaluated) % total
     result.evaluated = evaluated
