@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from tests.builders import make_node, make_pod
 from usher.core.cache import Cache, NodeInfo, nodes_with_required_anti_affinity_pods
-from usher.core.plugins.nodeshares import Entry, NodeShares, sum_entries
+from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
 from usher.core.types import PodInfo, PodKey
 
 ANTI = {
@@ -65,3 +66,42 @@ def test_a_node_leaving_the_subset_is_forgotten_without_a_walk_of_the_others() -
     shares.refresh(nodes_with_required_anti_affinity_pods(cache.node_infos()), {}, counting)
     assert walked == [], "b did not change; a left the subset"
     assert shares.by_pair() == {("hostname", "b"): 1}
+
+
+def test_the_running_sums_equal_a_fresh_sum_while_pods_come_and_go() -> None:
+    """Entries of several keys appear, change weight and vanish; after each refresh both views equal a fresh
+    sum of every node's entries, and a caller changing what it was handed changes nothing kept."""
+    rnd = random.Random(7)
+    cache = Cache()
+    for i in range(6):
+        cache.add_or_update_node(make_node().name(f"n{i}").label("zone", f"z{i % 3}").obj())
+    shares = NodeShares()
+
+    def spread(node: NodeInfo, _: set[str]) -> list[Entry]:
+        weights: dict[tuple[str, str], int] = {}
+        for other in node.pods.values():
+            app = other.labels.get("app", "")
+            for key, value in (("zone", node.labels["zone"]), ("hostname", node.name), (f"app-{app}", app)):
+                weights[key, value] = weights.get((key, value), 0) + (2 if app == "b" else 1)
+        return [(key, value, weight) for (key, value), weight in weights.items()]
+
+    placed: list[str] = []
+    for step in range(300):
+        if placed and rnd.random() < 0.45:
+            cache.remove_pod(PodKey(f"default/{placed.pop(rnd.randrange(len(placed)))}"))
+        else:
+            name = f"p{step}"
+            raw = make_pod().name(name).uid(name).node(f"n{rnd.randrange(6)}").obj()
+            raw["metadata"]["labels"] = {"app": rnd.choice("ab")}
+            cache.add_or_update_pod(PodInfo.from_api(raw))
+            placed.append(name)
+        nodes = cache.node_infos()
+        shares.refresh(nodes, {}, spread)
+        fresh = sum_entries(nodes, lambda n: spread(n, set()))
+        assert shares.by_pair() == fresh, f"step {step}"
+        assert shares.by_key() == by_key(fresh), f"step {step}"
+        handed = shares.by_key()
+        for values in handed.values():
+            values.clear()
+        shares.by_pair().clear()
+        assert shares.by_key() == by_key(fresh), "what a caller was handed is its own copy"

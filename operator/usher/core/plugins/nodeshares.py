@@ -83,12 +83,16 @@ class NodeShares:
     walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
     every pod of the cluster: kube-scheduler walks them all, in parallel."""
 
-    __slots__ = ("_includes", "_list", "_mark", "_nodes", "_reference", "_sums")
+    __slots__ = ("_includes", "_keyed", "_list", "_mark", "_nodes", "_reference", "_sums", "_totals")
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[int, list[Entry]]] = {}
         self._sums: dict[tuple[str, str], list[int]] = {}
         """(topologyKey, value) -> [summed weight, entries counted]."""
+        self._totals: dict[tuple[str, str], int] = {}
+        """(topologyKey, value) -> summed weight: ``_sums`` as ``by_pair`` hands it out (a C-level copy)."""
+        self._keyed: dict[str, dict[str, int]] = {}
+        """topologyKey -> value -> summed weight, the same as ``by_key`` hands it out."""
         self._reference: dict[str, str | None] = {}
         """Label key read by an existing pod's term -> the value (None: absent) every kept entry was made for."""
         self._list: Sequence[NodeInfo] | None = None
@@ -113,6 +117,8 @@ class NodeShares:
         if any(labels.get(key) != value for key, value in self._reference.items()):
             self._nodes.clear()
             self._sums.clear()
+            self._totals.clear()
+            self._keyed.clear()
             self._reference.clear()
             self._list = None
         journal = getattr(nodes, "journal", None)
@@ -159,20 +165,28 @@ class NodeShares:
         self._nodes[node.name] = (node.generation, entries)
 
     def by_key(self) -> dict[str, dict[str, int]]:
-        """topologyKey -> value -> summed weight, for every pair some entry counts in."""
-        return by_key(self.by_pair())
+        """topologyKey -> value -> summed weight, for every pair some entry counts in (the caller's copy)."""
+        return {key: dict(values) for key, values in self._keyed.items()}
 
     def by_pair(self) -> dict[Pair, int]:
-        """(topologyKey, value) -> summed weight, for every pair some entry counts in."""
-        return {pair: total for pair, (total, _) in self._sums.items()}
+        """(topologyKey, value) -> summed weight, for every pair some entry counts in (the caller's copy)."""
+        return dict(self._totals)
 
     def _count(self, entries: list[Entry], sign: int) -> None:
+        sums, totals, keyed = self._sums, self._totals, self._keyed
         for key, value, weight in entries:
             pair = (key, value)
-            counted = self._sums.get(pair)
+            counted = sums.get(pair)
             if counted is None:
-                counted = self._sums[pair] = [0, 0]
+                counted = sums[pair] = [0, 0]
             counted[0] += sign * weight
             counted[1] += sign
+            values = keyed.get(key)
+            if values is None:
+                values = keyed[key] = {}
             if counted[1] == 0:
-                del self._sums[pair]
+                del sums[pair], totals[pair], values[value]
+                if not values:
+                    del keyed[key]
+            else:
+                totals[pair] = values[value] = counted[0]
