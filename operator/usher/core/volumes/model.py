@@ -156,6 +156,12 @@ class CsiNode:
     limits: Mapping[str, int | None]
     migrated_plugins: frozenset[str]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    counts: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    """``limits`` of the drivers that report a count."""
+
+    def __post_init__(self) -> None:
+        counts = {driver: count for driver, count in self.limits.items() if count is not None}
+        object.__setattr__(self, "counts", counts)
 
 
 @dataclass(frozen=True, slots=True)

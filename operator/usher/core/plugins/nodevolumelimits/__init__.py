@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from usher.core.events import ActionType, ClusterEvent, Resource
@@ -120,6 +120,8 @@ class _Attached:
     reads: set[Read]
     attached: dict[str, str]
     problem: str = ""
+    per_driver: dict[str, int] = field(default_factory=dict)
+    """``attached`` counted per driver."""
 
 
 class NodeVolumeLimits:
@@ -158,38 +160,8 @@ class NodeVolumeLimits:
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         if not _volumes(pod.raw):
             return SUCCESS
-        csi_node = self._volumes.csi_nodes.get(node.name)  # none yet: no limits, no migration (as upstream)
-        wanted = self._wanted(state, pod, csi_node)
-        if isinstance(wanted, Status):
-            return wanted
-        if not wanted:
-            return SUCCESS
-        for driver in wanted.values():
-            if not self._driver_on_node(driver, csi_node):
-                return unschedulable(f"{driver} CSI driver is not installed on the node")
-        limits = {driver: count for driver, count in (csi_node.limits if csi_node else {}).items() if count is not None}
-        if not limits:
-            return SUCCESS
-        if self._synced != self._volumes.version:
-            self._sync()
-        kept = self._kept.get(node.name)
-        if kept is None or kept.generation != node.generation or kept.csi_node is not csi_node:
-            kept = self._count_attached(node, csi_node)
-        if kept.problem:
-            return error(kept.problem)
-        attached = kept.attached
-        attached_count: dict[str, int] = {}
-        for unique, driver in attached.items():
-            wanted.pop(unique, None)  # a volume already attached for another pod is not attached again
-            attached_count[driver] = attached_count.get(driver, 0) + 1
-        new_count: dict[str, int] = {}
-        for driver in wanted.values():
-            new_count[driver] = new_count.get(driver, 0) + 1
-        for driver, count in new_count.items():
-            limit = limits.get(driver)
-            if limit is not None and attached_count.get(driver, 0) + count > limit:
-                return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
-        return SUCCESS
+        # No CSINode yet: no limits, no migration (as upstream).
+        return self._filter(state, pod, node, self._volumes.csi_nodes.get(node.name))
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """``filter`` for many nodes. A node without a CSINode has no limits and no migration, so ``filter``'s
@@ -200,19 +172,51 @@ class NodeVolumeLimits:
         results: list[Status | None] = []
         bare: list[Status | None] = []  # the answer for nodes without a CSINode, once known
         for node in nodes:
-            if node.name in csi_nodes:
-                status = self.filter(state, pod, node)
-                results.append(None if status.code is Code.SUCCESS else status)
+            csi_node = csi_nodes.get(node.name)
+            if csi_node is not None:
+                status = self._filter(state, pod, node, csi_node)
+                results.append(None if status is SUCCESS else status)
                 continue
             if not bare:
-                status = self.filter(state, pod, node)
-                bare.append(None if status.code is Code.SUCCESS else status)
+                status = self._filter(state, pod, node, None)
+                bare.append(None if status is SUCCESS else status)
             results.append(bare[0])
         return results
 
-    def _wanted(self, state: CycleState, pod: PodInfo, csi_node: CsiNode | None) -> dict[str, str] | Status:
-        """The incoming pod's attachable volumes (a copy), or why they cannot be told. They depend on the node
-        only through whether it has a CSINode (migration), so each cycle works them out at most twice."""
+    def _filter(self, state: CycleState, pod: PodInfo, node: NodeInfo, csi_node: CsiNode | None) -> Status:
+        wanted = self._wanted(state, pod, csi_node)
+        if isinstance(wanted, Status):
+            return wanted
+        if not wanted:
+            return SUCCESS
+        for driver in wanted.values():
+            if not self._driver_on_node(driver, csi_node):
+                return unschedulable(f"{driver} CSI driver is not installed on the node")
+        limits = csi_node.counts if csi_node is not None else None
+        if not limits:
+            return SUCCESS
+        if self._synced != self._volumes.version:
+            self._sync()
+        kept = self._kept.get(node.name)
+        if kept is None or kept.generation != node.generation or kept.csi_node is not csi_node:
+            kept = self._count_attached(node, csi_node)
+        if kept.problem:
+            return error(kept.problem)
+        attached = kept.attached
+        new_count: dict[str, int] = {}
+        for unique, driver in wanted.items():
+            if unique not in attached:  # a volume already attached for another pod is not attached again
+                new_count[driver] = new_count.get(driver, 0) + 1
+        for driver, count in new_count.items():
+            limit = limits.get(driver)
+            if limit is not None and kept.per_driver.get(driver, 0) + count > limit:
+                return unschedulable(REASON_MAX_VOLUME_COUNT_EXCEEDED)
+        return SUCCESS
+
+    def _wanted(self, state: CycleState, pod: PodInfo, csi_node: CsiNode | None) -> Mapping[str, str] | Status:
+        """The incoming pod's attachable volumes (``driver/handle`` -> driver; not to be changed), or why they
+        cannot be told. They depend on the node only through whether it has a CSINode (migration), so each
+        cycle works them out at most twice."""
         memo: dict[bool, dict[str, str] | Status] | None = state.get(WANTED_KEY)
         found = memo.get(csi_node is not None) if memo is not None else None
         if found is None:
@@ -226,7 +230,7 @@ class NodeVolumeLimits:
                 found = error(str(exc))
             if memo is not None:
                 memo[csi_node is not None] = found
-        return dict(found) if isinstance(found, dict) else found
+        return found
 
     def _count_attached(self, node: NodeInfo, csi_node: CsiNode | None) -> _Attached:
         """Count the node's pods' attachments afresh, and keep the count until the node, its CSINode or a
@@ -238,6 +242,8 @@ class NodeVolumeLimits:
                 self._attachable(other.raw, csi_node, new_pod=False, result=kept.attached, reads=kept.reads)
         except (_ClaimNotFoundError, _VolumesError) as exc:
             kept.problem = str(exc)
+        for driver in kept.attached.values():
+            kept.per_driver[driver] = kept.per_driver.get(driver, 0) + 1
         for read in kept.reads:
             self._readers.setdefault(read, set()).add(node.name)
         return kept
