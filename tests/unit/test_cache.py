@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import make_node, make_pod
-from usher.core.cache import Cache
+from usher.core.cache import Cache, NodeInfo
 from usher.core.types import NodeName, PodInfo, PodKey
 
 
@@ -231,3 +231,30 @@ def test_the_journal_names_the_nodes_changed_since_a_generation_newest_first() -
     cache.remove_node("c")
     assert cache.node_infos() is not nodes
     assert "c" not in [n.name for n in journal.changed_since(0)]
+
+
+def test_a_node_infos_free_room_follows_its_pods_its_allocatable_and_its_clones() -> None:
+    """free_cpu/free_memory/free_pods (Fit's Filter reads only these) equal allocatable - requested after every
+    kind of change, on the node and on a clone changed apart from it."""
+    cache = Cache()
+    info = cache.add_or_update_node(make_node().name("n").capacity(cpu="4", memory="8Gi", pods="10").obj())
+
+    def room(node: NodeInfo) -> tuple[int, int, int]:
+        return node.free_cpu, node.free_memory, node.free_pods
+
+    def expected(node: NodeInfo) -> tuple[int, int, int]:
+        free = {r: node.allocatable.get(r, 0) - node.requested.get(r, 0) for r in ("cpu", "memory", "pods")}
+        return free["cpu"], free["memory"], free["pods"]
+
+    assert room(info) == (4000, 8 << 30, 10)
+    first = PodInfo.from_api(make_pod().name("a").uid("a").node("n").req(cpu="1", memory="1Gi").obj())
+    info.add_pod(first)
+    assert room(info) == expected(info) == (3000, 7 << 30, 9)
+    clone = info.clone()
+    clone.remove_pod(first.key)
+    assert room(clone) == expected(clone) == (4000, 8 << 30, 10)
+    assert room(info) == (3000, 7 << 30, 9), "the clone's change is its own"
+    info.set_node(make_node().name("n").capacity(cpu="2", memory="8Gi", pods="10").obj())
+    assert room(info) == expected(info) == (1000, 7 << 30, 9)
+    info.add_pod(PodInfo.from_api(make_pod().name("b").uid("b").node("n").req(cpu="1500m").obj()))
+    assert room(info) == expected(info) == (-500, 7 << 30, 8), "overcommitted: no room, not a clamp at 0"

@@ -97,6 +97,10 @@ class NodeInfo:
     requested_pods: int = 0
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
+    free_cpu: int = 0
+    free_memory: int = 0
+    free_pods: int = 0
+    """allocatable - requested, for Fit's Filter (the room a pod may take: three reads, no arithmetic)."""
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
     """Renewed on every change of the node or its pods (kube-scheduler's NodeInfo.Generation): a plugin may
     keep what it derived from a node for as long as the generation holds."""
@@ -121,6 +125,7 @@ class NodeInfo:
         self.allocatable_cpu = self.allocatable.get(CPU, 0)
         self.allocatable_memory = self.allocatable.get(MEMORY, 0)
         self.allocatable_pods = self.allocatable.get(PODS, 0)
+        self._copy_free()
 
     def node_gone(self) -> None:
         """The Node object was deleted while pods still count here (a placeholder until they go)."""
@@ -134,6 +139,12 @@ class NodeInfo:
         self.requested_pods = requested.get(PODS, 0)
         self.non_zero_cpu = self.non_zero_requested.get(CPU, 0)
         self.non_zero_memory = self.non_zero_requested.get(MEMORY, 0)
+        self._copy_free()
+
+    def _copy_free(self) -> None:
+        self.free_cpu = self.allocatable_cpu - self.requested_cpu
+        self.free_memory = self.allocatable_memory - self.requested_memory
+        self.free_pods = self.allocatable_pods - self.requested_pods
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.key in self.pods:
@@ -197,6 +208,9 @@ class NodeInfo:
             requested_pods=self.requested_pods,
             non_zero_cpu=self.non_zero_cpu,
             non_zero_memory=self.non_zero_memory,
+            free_cpu=self.free_cpu,
+            free_memory=self.free_memory,
+            free_pods=self.free_pods,
             generation=self.generation,
         )
 

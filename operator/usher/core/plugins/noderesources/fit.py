@@ -40,10 +40,6 @@ REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
 
 
-_ROOM = (True, True, True)
-"""Room for one more pod, its cpu and its memory."""
-
-
 def insufficient(resource: str) -> str:
     return f"Insufficient {resource}"
 
@@ -161,14 +157,10 @@ class NodeResourcesFit:
             cpu, memory = wanted.get(CPU, -math.inf), wanted.get(MEMORY, -math.inf)
             failures: dict[tuple[bool, bool, bool], Status] = {}
             for node in nodes:
-                room = (
-                    node.requested_pods < node.allocatable_pods,
-                    cpu <= node.allocatable_cpu - node.requested_cpu,
-                    memory <= node.allocatable_memory - node.requested_memory,
-                )
-                if room == _ROOM:
+                if cpu <= node.free_cpu and memory <= node.free_memory and node.free_pods > 0:
                     results.append(None)
                     continue
+                room = (node.free_pods > 0, cpu <= node.free_cpu, memory <= node.free_memory)
                 status = failures.get(room)
                 if status is None:
                     status = failures[room] = self.filter(state, pod, node)
