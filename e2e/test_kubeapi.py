@@ -3,16 +3,20 @@
 Every write usher makes goes through it, so the other e2e tests exercise it throughout; these pin the
 parts they would not notice: connections are kept alive, a chunked answer (Go's server streams any body
 past its buffer) is read whole, an answer's status and headers reach the caller, and a call that timed out
-leaves no half-read connection behind to be reused.
+leaves no half-read connection behind to be reused. Behind an HTTP proxy (HTTPS_PROXY, or a kubeconfig's
+proxy-url) the calls go through the Kubernetes client instead, tunnelled by a real CONNECT proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import yaml
 
 from e2e.controlplane import ControlPlane
 from usher.adapters.connecting import connect
@@ -116,3 +120,111 @@ def test_a_call_that_timed_out_leaves_no_connection_to_reuse(control_plane: Cont
     assert timed_out
     assert status == 200
     assert opened == 1, "the timed-out connection was closed and a new one opened"
+
+
+class ConnectProxy:
+    """An HTTP CONNECT proxy on loopback (as a corporate egress proxy is): each tunnel's target is recorded,
+    then bytes are piped both ways untouched (TLS runs end to end, through it)."""
+
+    def __init__(self) -> None:
+        self.tunnels: list[str] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._ends: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> ConnectProxy:
+        self._server = await asyncio.start_server(self._tunnel, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for end in self._ends:
+            end.close()
+        await asyncio.gather(*(end.wait_closed() for end in self._ends), return_exceptions=True)
+
+    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._ends.append(writer)
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target, _ = head.split(b"\r\n", 1)[0].decode().split(" ")
+        if method != "CONNECT":
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+            writer.close()
+            return
+        host, port = target.rsplit(":", 1)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        self._ends.append(upstream_writer)
+        self.tunnels.append(target)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except ConnectionError:
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+
+def through_proxy(api: KubeApi, namespace: str) -> Callable[[], Awaitable[tuple[int, int, str, int | None]]]:
+    async def calls() -> tuple[int, int, str, int | None]:
+        created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map("proxied"))
+        missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
+        read = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/proxied")
+        return created.status, missing.status, read.body["data"]["blob"], api.connections_made
+
+    return calls
+
+
+def test_with_https_proxy_set_calls_go_through_the_proxy(
+    control_plane: ControlPlane, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY in the environment: KubeApi leaves the calls to the Kubernetes client, which tunnels them."""
+    for variable in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+
+    async def run() -> tuple[tuple[int, int, str, int | None], list[str]]:
+        async with ConnectProxy() as proxy:
+            monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+            connection = await connect(str(control_plane.kubeconfig))
+            api = KubeApi(connection.async_config)
+            try:
+                return await through_proxy(api, namespace)(), proxy.tunnels
+            finally:
+                await api.close()
+
+    (created, missing, blob, own_connections), tunnels = asyncio.run(run())
+    assert (created, missing, blob) == (201, 404, "x" * 10)
+    assert own_connections is None, "usher's own client stands aside"
+    assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}
+
+
+def test_a_kubeconfig_proxy_url_sends_the_calls_through_the_proxy(
+    control_plane: ControlPlane, namespace: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for variable in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+
+    async def run() -> tuple[tuple[int, int, str, int | None], list[str]]:
+        async with ConnectProxy() as proxy:
+            config = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
+            config["clusters"][0]["cluster"]["proxy-url"] = proxy.url
+            kubeconfig = tmp_path / "kubeconfig"
+            kubeconfig.write_text(json.dumps(config))
+            connection = await connect(str(kubeconfig))
+            api = KubeApi(connection.async_config)
+            try:
+                return await through_proxy(api, namespace)(), proxy.tunnels
+            finally:
+                await api.close()
+
+    (created, missing, blob, own_connections), tunnels = asyncio.run(run())
+    assert (created, missing, blob) == (201, 404, "x" * 10)
+    assert own_connections is None
+    assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}
