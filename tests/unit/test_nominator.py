@@ -64,6 +64,26 @@ def test_a_pod_of_equal_or_higher_priority_and_the_nominated_pod_itself_are_not_
     assert fw.run_filter_nodes(prefiltered(fw, higher, nodes), higher, nodes) == [None]
 
 
+def rejecting(fw: Framework, p: PodInfo, nodes: NodeList) -> list[str]:
+    statuses = fw.run_filter_nodes(prefiltered(fw, p, nodes), p, nodes)
+    return [node.name for node, status in zip(nodes, statuses, strict=True) if status is not None]
+
+
+def test_only_the_nodes_holding_nominations_take_the_second_pass_and_the_view_follows_the_nominator() -> None:
+    nominator = Nominator()
+    preemptor = pod("preemptor", priority=100, cpu="1500m")
+    nominator.nominate(preemptor, "n2")
+    fw = fit_framework(nominator)
+    cache = Cache()
+    for name in ("n1", "n2", "n3"):
+        cache.add_or_update_node(make_node().name(name).capacity(cpu="2", memory="4Gi", pods=110).obj())
+    nodes = cache.node_infos()
+    lower = pod("lower", priority=10, cpu="1")
+    assert rejecting(fw, lower, nodes) == ["n2"]
+    nominator.nominate(preemptor, "n3")  # moved: the same framework sees the nominator as it is now
+    assert rejecting(fw, lower, nodes) == ["n3"]
+
+
 def test_without_nominations_filter_is_a_single_pass() -> None:
     fw = fit_framework(Nominator())
     p, nodes = pod("p", cpu="2"), one_node().node_infos()
@@ -77,8 +97,9 @@ def test_the_nominator_moves_and_forgets_nominations() -> None:
     nominator.nominate(p, "n1")
     nominator.nominate(p, "n2")
     assert nominator.nominated_pods("n1") == [] and nominator.nominated_pods("n2") == [p]
+    assert set(nominator.nodes()) == {"n2"}
     nominator.forget(p.key)
-    assert not nominator.any() and nominator.node_of(p.key) is None
+    assert not nominator.any() and nominator.node_of(p.key) is None and not nominator.nodes()
 
 
 def test_the_queue_takes_the_api_nomination_keeps_its_own_until_the_patch_shows_and_forgets_on_delete_or_bind() -> None:

@@ -8,7 +8,7 @@ plugin registers are in ``usher.core.hints``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -140,6 +140,10 @@ class NominatedPods(Protocol):
 
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         """The pods nominated to ``node``."""
+        ...
+
+    def nodes(self) -> Collection[str]:
+        """The nodes some pod is nominated to (a Filter pass looks at the others once)."""
         ...
 
 

@@ -238,8 +238,9 @@ class Framework:
         results = self._run_filters(state, pod, nodes)
         if self._nominated is None or not self._nominated.any():
             return results
+        held = self._nominated.nodes()
         for index, node in enumerate(nodes):
-            if results[index] is None:
+            if results[index] is None and node.name in held:
                 results[index] = self._with_nominated(state, pod, node)
         return results
 

@@ -17,7 +17,7 @@ pool until some unrelated event or the 5-minute flush.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from usher.core.types import PodInfo, PodKey
 
@@ -37,6 +37,10 @@ class Nominator:
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         pods = self._by_node.get(node)
         return list(pods.values()) if pods else []
+
+    def nodes(self) -> Collection[str]:
+        """The nodes some pod is nominated to (a live view)."""
+        return self._by_node.keys()
 
     def node_of(self, key: PodKey) -> str | None:
         return self._node_of.get(key)
