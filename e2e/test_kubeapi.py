@@ -172,35 +172,44 @@ class ConnectProxy:
         await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
 
 
-def through_proxy(api: KubeApi, namespace: str) -> Callable[[], Awaitable[tuple[int, int, str, int | None]]]:
-    async def calls() -> tuple[int, int, str, int | None]:
-        created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map("proxied"))
-        missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
-        read = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/proxied")
-        return created.status, missing.status, read.body["data"]["blob"], api.connections_made
+PROXY_VARIABLES = ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
 
-    return calls
+
+def calls_through_a_proxy(
+    kubeconfig_for: Callable[[ConnectProxy], Path], namespace: str
+) -> tuple[tuple[int, int, str], int | None, list[str]]:
+    """With a CONNECT proxy running, KubeApi from the kubeconfig ``kubeconfig_for(proxy)`` gives makes three
+    calls (a create, a 404, a read): their answers, usher's own connections, and the proxy's tunnels."""
+
+    async def run() -> tuple[tuple[int, int, str], int | None, list[str]]:
+        async with ConnectProxy() as proxy:
+            connection = await connect(str(kubeconfig_for(proxy)))
+            api = KubeApi(connection.async_config)
+            try:
+                created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map("proxied"))
+                missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
+                read = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/proxied")
+                answers = (created.status, missing.status, read.body["data"]["blob"])
+                return answers, api.connections_made, proxy.tunnels
+            finally:
+                await api.close()
+
+    return asyncio.run(run())
 
 
 def test_with_https_proxy_set_calls_go_through_the_proxy(
     control_plane: ControlPlane, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """HTTPS_PROXY in the environment: KubeApi leaves the calls to the Kubernetes client, which tunnels them."""
-    for variable in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "https_proxy"):
+    for variable in PROXY_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
 
-    async def run() -> tuple[tuple[int, int, str, int | None], list[str]]:
-        async with ConnectProxy() as proxy:
-            monkeypatch.setenv("HTTPS_PROXY", proxy.url)
-            connection = await connect(str(control_plane.kubeconfig))
-            api = KubeApi(connection.async_config)
-            try:
-                return await through_proxy(api, namespace)(), proxy.tunnels
-            finally:
-                await api.close()
+    def proxy_in_environment(proxy: ConnectProxy) -> Path:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        return control_plane.kubeconfig
 
-    (created, missing, blob, own_connections), tunnels = asyncio.run(run())
-    assert (created, missing, blob) == (201, 404, "x" * 10)
+    answers, own_connections, tunnels = calls_through_a_proxy(proxy_in_environment, namespace)
+    assert answers == (201, 404, "x" * 10)
     assert own_connections is None, "usher's own client stands aside"
     assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}
 
@@ -208,23 +217,17 @@ def test_with_https_proxy_set_calls_go_through_the_proxy(
 def test_a_kubeconfig_proxy_url_sends_the_calls_through_the_proxy(
     control_plane: ControlPlane, namespace: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for variable in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+    for variable in PROXY_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
 
-    async def run() -> tuple[tuple[int, int, str, int | None], list[str]]:
-        async with ConnectProxy() as proxy:
-            config = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
-            config["clusters"][0]["cluster"]["proxy-url"] = proxy.url
-            kubeconfig = tmp_path / "kubeconfig"
-            kubeconfig.write_text(json.dumps(config))
-            connection = await connect(str(kubeconfig))
-            api = KubeApi(connection.async_config)
-            try:
-                return await through_proxy(api, namespace)(), proxy.tunnels
-            finally:
-                await api.close()
+    def proxy_url_in_kubeconfig(proxy: ConnectProxy) -> Path:
+        config = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
+        config["clusters"][0]["cluster"]["proxy-url"] = proxy.url
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        return kubeconfig
 
-    (created, missing, blob, own_connections), tunnels = asyncio.run(run())
-    assert (created, missing, blob) == (201, 404, "x" * 10)
-    assert own_connections is None
+    answers, own_connections, tunnels = calls_through_a_proxy(proxy_url_in_kubeconfig, namespace)
+    assert answers == (201, 404, "x" * 10)
+    assert own_connections is None, "usher's own client stands aside"
     assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}
