@@ -797,7 +797,7 @@ def _random_pod(rnd: random.Random, name: str, node_name: str = "") -> dict[str,
 
 @pytest.mark.parametrize("seed", range(12))
 def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(seed: int) -> None:
-    """Pods, nodes and node labels come and go between cycles; incoming pods of a few kinds repeat, each with
+    """Pods, nodes and node labels come, change and go between cycles; incoming pods of a few kinds repeat, each with
     labels of its own. The counts PreFilter and the sums PreScore keep per node (``NodeShares``) must equal a
     walk of every pod, cycle after cycle."""
     rnd = random.Random(seed)
@@ -808,13 +808,21 @@ def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(
         cache.add_or_update_node(node(name, zone=rnd.choice("ab")))
     incoming_kinds = [_random_pod(random.Random(seed * 100 + k), f"in{k}") for k in range(3)]
     placed: list[str] = []
-    for step in range(60):
+    for step in range(120):
         action = rnd.random()
         present = [n.name for n in cache.node_infos()]
         if action < 0.45 and present:
             raw = _random_pod(rnd, f"p{step}", rnd.choice(present))
             cache.add_or_update_pod(PodInfo.from_api(raw))
             placed.append(f"{raw['metadata']['namespace']}/p{step}")
+        elif action < 0.55 and placed:  # a placed pod changes (labels, terms): a new PodInfo, the same key
+            key = rnd.choice(placed)
+            namespace, name = key.split("/")
+            held = cache.node_of_pod(PodKey(key))
+            assert held is not None
+            raw = _random_pod(rnd, name, held.name)
+            raw["metadata"]["namespace"] = namespace
+            cache.add_or_update_pod(PodInfo.from_api(raw))
         elif action < 0.65 and placed:
             cache.remove_pod(PodKey(placed.pop(rnd.randrange(len(placed)))))
         elif action < 0.8:
