@@ -83,14 +83,14 @@ class NodeShares:
     walks only the nodes that changed since the previous pod's cycle (usually the one it was bound to), not
     every pod of the cluster: kube-scheduler walks them all, in parallel."""
 
-    __slots__ = ("_includes", "_keyed", "_list", "_mark", "_nodes", "_reference", "_sums", "_totals")
+    __slots__ = ("_counted", "_includes", "_keyed", "_list", "_mark", "_nodes", "_reference", "_totals")
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[int, list[Entry]]] = {}
-        self._sums: dict[tuple[str, str], list[int]] = {}
-        """(topologyKey, value) -> [summed weight, entries counted]."""
+        self._counted: dict[tuple[str, str], int] = {}
+        """(topologyKey, value) -> entries counted in it (a pair is dropped when none is left)."""
         self._totals: dict[tuple[str, str], int] = {}
-        """(topologyKey, value) -> summed weight: ``_sums`` as ``by_pair`` hands it out (a C-level copy)."""
+        """(topologyKey, value) -> summed weight, as ``by_pair`` hands it out (a C-level copy)."""
         self._keyed: dict[str, dict[str, int]] = {}
         """topologyKey -> value -> summed weight, the same as ``by_key`` hands it out."""
         self._reference: dict[str, str | None] = {}
@@ -116,7 +116,7 @@ class NodeShares:
         every node: walked again if still among ``nodes`` (``includes``), forgotten if not."""
         if any(labels.get(key) != value for key, value in self._reference.items()):
             self._nodes.clear()
-            self._sums.clear()
+            self._counted.clear()
             self._totals.clear()
             self._keyed.clear()
             self._reference.clear()
@@ -173,20 +173,17 @@ class NodeShares:
         return dict(self._totals)
 
     def _count(self, entries: list[Entry], sign: int) -> None:
-        sums, totals, keyed = self._sums, self._totals, self._keyed
+        counted, totals, keyed = self._counted, self._totals, self._keyed
         for key, value, weight in entries:
             pair = (key, value)
-            counted = sums.get(pair)
-            if counted is None:
-                counted = sums[pair] = [0, 0]
-            counted[0] += sign * weight
-            counted[1] += sign
             values = keyed.get(key)
             if values is None:
                 values = keyed[key] = {}
-            if counted[1] == 0:
-                del sums[pair], totals[pair], values[value]
+            left = counted.get(pair, 0) + sign
+            if left == 0:
+                del counted[pair], totals[pair], values[value]
                 if not values:
                     del keyed[key]
             else:
-                totals[pair] = values[value] = counted[0]
+                counted[pair] = left
+                totals[pair] = values[value] = totals.get(pair, 0) + sign * weight
