@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,69 @@ LIMIT_TARGET = 0.7
 
 
 def load(results: Path) -> list[dict[str, Any]]:
-    """Every workload document in ``results``, in the benchmark's order."""
-    docs = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+    """Every workload document in ``results``, in the benchmark's order, each contender's runs as one
+    (``median_view``)."""
+    docs = [median_view(json.loads(p.read_text())) for p in sorted(results.glob("*.json"))]
     rank = {name: i for i, name in enumerate(WORKLOAD_ORDER)}
     return sorted(docs, key=lambda d: (rank.get(d["workload"]["name"], len(rank)), d["workload"]["name"]))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _median_of(values: list[Any]) -> Any:
+    """The median of the numbers among ``values`` (the lower middle one for integers, so counts stay whole),
+    of each key for dicts of numbers, or None when there is none."""
+    numbers = [v for v in values if _is_number(v)]
+    if numbers:
+        if all(isinstance(v, int) for v in numbers):
+            return statistics.median_low(numbers)
+        return statistics.median(numbers)
+    dicts = [v for v in values if isinstance(v, dict)]
+    if dicts:
+        return {key: _median_of([d.get(key) for d in dicts]) for key in dicts[0]}
+    return None
+
+
+def _median_phase(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """One phase of several runs: every number the median over the runs; the samples (for the chart) those
+    of the run with the median pods/s; ``overall_stat`` the pods/s as ``_spread`` shows them."""
+    ranked = sorted(phases, key=lambda p: p.get("overall") or 0.0)
+    middle = ranked[(len(ranked) - 1) // 2]
+    view = {**middle}
+    for key, value in middle.items():
+        if _is_number(value) or isinstance(value, dict):
+            view[key] = _median_of([p.get(key) for p in phases])
+    rates = [p["overall"] for p in phases if _is_number(p.get("overall"))]
+    if rates:
+        view["overall_stat"] = {"median": view["overall"], "min": min(rates), "max": max(rates), "n": len(rates)}
+    return view
+
+
+def median_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """A hand-written workload's document with each contender's runs as one run whose numbers are the
+    medians over its runs (the tables, targets and chart read that).
+
+    A contender whose runs did not all complete shows its first failed run. A document of the older shape
+    (one run per contender, not a list) reads as one run each.
+    """
+    view: dict[str, Any] = {**doc, "runs": {}}
+    for key, stored in doc["runs"].items():
+        runs = stored if isinstance(stored, list) else [stored]
+        if not runs:
+            continue
+        failed = [r for r in runs if r.get("status") != "ok"]
+        if failed:
+            view["runs"][key] = {**failed[0], "n": len(runs)}
+            continue
+        merged = {**runs[0], "n": len(runs)}
+        for phase in ("measured", "ungate", "bind_only", "scheduler"):
+            parts = [r[phase] for r in runs if isinstance(r.get(phase), dict)]
+            if parts:
+                merged[phase] = _median_phase(parts) if phase != "scheduler" else _median_of(parts)
+        view["runs"][key] = merged
+    return view
 
 
 def _phases(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -105,20 +165,34 @@ def _best_kube(doc: dict[str, Any], phase: str) -> tuple[float | None, str]:
     return best
 
 
+def _runs_text(docs: list[dict[str, Any]]) -> str:
+    """How many times each contender ran per workload, e.g. "usher (PreQueueingHints on) 3 times, ..."."""
+    counts: dict[str, int] = {}
+    labels: dict[str, str] = {}
+    for doc in docs:
+        for key, run in doc["runs"].items():
+            counts[key] = max(counts.get(key, 0), run.get("n", 1))
+            labels[key] = run.get("label", key)
+    ordered = sorted(counts, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
+    return ", ".join(f"{labels[k]} {counts[k]} time{'s' if counts[k] != 1 else ''}" for k in ordered)
+
+
 def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
     """The markdown table of one phase: one row per contender."""
     lines = [
-        "| contender | pods/s (pods / total s) | avg pods/s | p50 | p90 | p99 | total s | usher/kube-scheduler "
-        "| /limit | sched CPU s | peak RSS MiB | QueueingHint calls | PreQueueingHint evals (narrowed) "
-        "| apiserver CPU s | other work, cores |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| contender | runs | pods/s (pods / total s): median (min-max) | avg pods/s | p50 | p90 | p99 | total s "
+        "| usher/kube-scheduler | /limit | sched CPU s | peak RSS MiB | QueueingHint calls "
+        "| PreQueueingHint evals (narrowed) | apiserver CPU s | other work, cores |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     limit = _rate(doc, "limit", phase)
     for key in sorted(doc["runs"], key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER)):
         run = doc["runs"][key]
         data = run.get(phase)
         if data is None:
-            lines.append(f"| {run['label']} | {run['status']}: {_cell(run.get('error', ''))} |" + " |" * 14)
+            lines.append(
+                f"| {run['label']} | {run.get('n', 1)} | {run['status']}: {_cell(run.get('error', ''))} |" + " |" * 14
+            )
             continue
         rate = _rate(doc, key, phase)  # None unless the run completed
         vs_kube = _ratio(rate, _rate(doc, _kube_for(key), phase)) if run["family"] == "usher" else ""
@@ -135,7 +209,8 @@ def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
         # scheduler_perf's statistics exist only when a sample is left after dropping the first one.
         sampled = [data.get(k) if data.get("samples_used") else None for k in ("average", "p50", "p90", "p99")]
         lines.append(
-            f"| {label} | {_num(data.get('overall'), 1)} | {' | '.join(_num(v, 1) for v in sampled)} "
+            f"| {label} | {run.get('n', 1)} | {_spread(data.get('overall_stat'), 1)} "
+            f"| {' | '.join(_num(v, 1) for v in sampled)} "
             f"| {_num(data.get('elapsed_s'), 1)} | {vs_kube} | {vs_limit} "
             f"| {_num(data.get('scheduler_cpu_s'), 1)} | {_num(scheduler.get('peak_rss_mib'), 0)} "
             f"| {_num(hints) if hints is not None else 'n/a'} | {pre_text} | {_num(data.get('apiserver_cpu_s'), 1)} "
@@ -144,7 +219,8 @@ def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
     only = doc["runs"].get("limit", {}).get("bind_only") if phase == "measured" else None
     if only:
         lines.append(
-            f"| bind limit, binding only (pods created first) | {_num(only.get('overall'), 1)} | | | | "
+            f"| bind limit, binding only (pods created first) | {doc['runs']['limit'].get('n', 1)} "
+            f"| {_spread(only.get('overall_stat'), 1)} | | | | "
             f"| {_num(only.get('elapsed_s'), 1)} | | | | | | | {_num(only.get('apiserver_cpu_s'), 1)} "
             f"| {_other(only)} |"
         )
@@ -156,13 +232,14 @@ def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
     if latencies:
         lines += [
             "",
-            "Gate removal to binding, seconds:",
+            "Gate removal to binding, seconds (each the median over the runs):",
             "",
             "| contender | p50 | p90 | p99 | max |",
             "|---|---:|---:|---:|---:|",
         ]
         lines += [
-            f"| {label} | {lat['p50']} | {lat['p90']} | {lat['p99']} | {lat['max']} |" for label, lat in latencies
+            f"| {label} | {' | '.join(_num(lat[q], 3) for q in ('p50', 'p90', 'p99', 'max'))} |"
+            for label, lat in latencies
         ]
     return lines
 
@@ -570,6 +647,9 @@ def markdown(
         "the first binding ignored and the first non-zero sample dropped; average and nearest-rank "
         "percentiles over the rest. `total s` runs from the first create (or claim, or gate removal) to "
         "the last binding. CPU seconds are the measured phase's; peak RSS is the process's VmHWM.",
+        f"- Runs: {_runs_text(docs)}; each on a fresh control plane, interleaved (round r starts at the r-th "
+        "contender, so slow drift hits each alike). Every number is the median over a contender's runs; "
+        "pods/s also gives the lowest and highest.",
         "- ratios: usher/kube-scheduler compares runs with the same PreQueueingHints setting; the targets "
         "below compare usher (PreQueueingHints on, its default) with the faster kube-scheduler run.",
         "- `other work, cores`: CPU the machine spent during the measured phase on anything but the "

@@ -119,18 +119,25 @@ def phase_timeout(pods: int) -> float:
 class Run:
     """One workload against one contender on its own control plane."""
 
-    def __init__(self, workload: Workload, contender: Contender, workdir: Path, profile_dir: Path | None) -> None:
+    def __init__(
+        self, workload: Workload, contender: Contender, workdir: Path, profile_dir: Path | None, repetition: int = 0
+    ) -> None:
         self.workload = workload
         self.contender = contender
         self.workdir = workdir
         self.profile_dir = profile_dir
-        self.result: dict[str, Any] = {**run_header(contender), "pre_queueing_hints": contender.pre_queueing_hints}
+        self.repetition = repetition
+        self.result: dict[str, Any] = {
+            **run_header(contender),
+            "pre_queueing_hints": contender.pre_queueing_hints,
+            "repetition": repetition,
+        }
         self.nodes = [node_name(i) for i in range(workload.nodes)]
         self.api: Api  # set once the control plane is up
 
     async def execute(self) -> dict[str, Any]:
         w, c = self.workload, self.contender
-        logger.info("=== %s / %s", w.name, c.label)
+        logger.info("=== %s / %s (run %d)", w.name, c.label, self.repetition + 1)
         started = time.monotonic()
         plane = start(
             self.workdir,
@@ -324,7 +331,7 @@ class Run:
         """py-spy on usher for the measured phase only (collapsed stacks, for `bench.profile`)."""
         if self.profile_dir is None or pid is None or name is None or self.contender.family != "usher":
             return None
-        out = self.profile_dir / f"{name}.{self.contender.key}.txt"
+        out = self.profile_dir / f"{name}.{self.contender.key}-{self.repetition}.txt"
         return start_profiler(pid, out, self.workdir / "logs" / "py-spy.log")
 
     # ----------------------------------------------------------------- objects
@@ -442,20 +449,37 @@ def machine() -> dict[str, Any]:
     }
 
 
+#: usher with PreQueueingHints off runs in the first round only: no target rests on it (it shows what the
+#: gate buys usher), and three runs of it would take make bench past its 45 minutes.
+HAND_FEWER = {"usher-pqh-off": 1}
+
+
 async def run_workload(
-    workload: Workload, contenders: list[Contender], base: Path, profile_dir: Path | None, keep: bool
+    workload: Workload,
+    contenders: list[Contender],
+    base: Path,
+    profile_dir: Path | None,
+    keep: bool,
+    *,
+    repetitions: int = 1,
+    limit_repetitions: int = 1,
 ) -> dict[str, Any]:
-    """Every contender on one workload, one after another; returns the workload's result document."""
-    runs: dict[str, Any] = {}
-    for contender in contenders:
-        workdir = base / workload.name / contender.key
-        run = Run(workload, contender, workdir, profile_dir)
-        runs[contender.key] = await run.execute()
-        if not keep and runs[contender.key]["status"] == "ok":
+    """Every contender's runs of one workload, interleaved as scheduler_perf's are (``upstream.run_order``);
+    returns the workload's result document, ``runs`` holding each contender's runs in order."""
+    from bench.upstream import run_order
+
+    fewer = {**HAND_FEWER, "limit": limit_repetitions}
+    by_contender = {c.key: c for c in contenders}
+    runs: dict[str, list[dict[str, Any]]] = {c.key: [] for c in contenders}
+    for key, repetition in run_order(list(by_contender), repetitions, fewer):
+        workdir = base / workload.name / f"{key}-{repetition}"
+        result = await Run(workload, by_contender[key], workdir, profile_dir, repetition).execute()
+        if not keep and result["status"] == "ok":
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             shutil.rmtree(workdir / "etcd", ignore_errors=True)
-            runs[contender.key]["workdir"] = str(workdir)
+            result["workdir"] = str(workdir)
+        runs[key].append(result)
     return {
         "workload": {
             "name": workload.name,
@@ -469,6 +493,7 @@ async def run_workload(
             "description": workload.description,
         },
         "apiserver_args": list(APISERVER_ARGS),
+        "repetitions": {key: len(done) for key, done in runs.items()},
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "runs": runs,
@@ -523,17 +548,25 @@ async def main_async(args: argparse.Namespace) -> int:
     base = Path(args.workdir or tempfile.mkdtemp(prefix="usher-bench-"))
     profile_dir = out / "profiles" if args.profile else None
     failed = 0
+    options = upstream_options(args)
     if hand_written and (hand_keys or not args.contender):
         workloads = by_name(args.workload)
         if args.smoke:
             workloads = [w.scaled(nodes=SMOKE_NODES, pods=SMOKE_PODS) for w in workloads]
         contenders = by_key(hand_keys or None)
         for workload in workloads:
-            document = await run_workload(workload, contenders, base, profile_dir, args.keep)
+            document = await run_workload(
+                workload,
+                contenders,
+                base,
+                profile_dir,
+                args.keep,
+                repetitions=options.repetitions,
+                limit_repetitions=options.limit_repetitions,
+            )
             document["smoke"] = bool(args.smoke)
             (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")
-            failed += sum(1 for r in document["runs"].values() if r["status"] != "ok")
-    options = upstream_options(args)
+            failed += sum(1 for done in document["runs"].values() for r in done if r["status"] != "ok")
     if upstream_suite and options.contenders:
         failed += await upstream.run_all(options, out / upstream.RESULTS_DIRNAME, base)
     if args.report:
@@ -588,7 +621,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     upstream.add_argument(
         "--limit-repetitions",
         type=int,
-        help="runs of the bind limit per upstream workload, in the first rounds (default 1)",
+        help="runs of the bind limit per workload, in the first rounds (default 1)",
     )
     upstream.add_argument(
         "--upstream-max-nodes", type=int, default=UPSTREAM_MAX_NODES, help="largest workload run: nodes (%(default)s)"

@@ -64,7 +64,8 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
     errors = {
         f"{name}/{key}": run.get("error")
         for name, doc in documents.items()
-        for key, run in doc["runs"].items()
+        for key, runs in doc["runs"].items()
+        for run in runs
         if run["status"] != "ok"
     }
     assert failed == 0 and not errors, errors
@@ -72,7 +73,8 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
     for name, doc in documents.items():
         assert doc["smoke"] is True
         assert set(doc["runs"]) == set(CONTENDERS), name
-        for key, run in doc["runs"].items():
+        assert doc["repetitions"] == dict.fromkeys(CONTENDERS, 1), "smoke runs each contender once"
+        for key, (run,) in doc["runs"].items():
             where = f"{name}/{key}"
             is_scheduler = run["family"] != "limit"
             _check_phase(where, run["measured"], scheduler=is_scheduler, hints=is_scheduler)

@@ -461,13 +461,13 @@ def selections(options: Options) -> list[Selection]:
     return out
 
 
-def run_order(keys: Sequence[str], repetitions: int, limit_repetitions: int) -> list[tuple[str, int]]:
+def run_order(keys: Sequence[str], repetitions: int, fewer: Mapping[str, int]) -> list[tuple[str, int]]:
     """(contender, repetition) in running order: round r runs the contenders rotated by r, so slow drift hits
-    each alike; the bind limit only in the first ``limit_repetitions`` rounds."""
+    each alike; a contender ``fewer`` names (the bind limit) runs in its first ``fewer[key]`` rounds only."""
     order = []
     for repetition in range(repetitions):
         for key in keys[repetition % len(keys) :] + keys[: repetition % len(keys)]:
-            if key != "limit" or repetition < limit_repetitions:
+            if repetition < fewer.get(key, repetitions):
                 order.append((key, repetition))
     return order
 
@@ -510,7 +510,7 @@ async def run_selection(
         return document
     keys = [k for k in CONTENDER_KEYS if k in options.contenders]
     order: list[UpstreamRun] = []
-    for key, repetition in run_order(keys, options.repetitions, options.limit_repetitions):
+    for key, repetition in run_order(keys, options.repetitions, {"limit": options.limit_repetitions}):
         contender = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}[key]
         workdir = base / tc.name / f"{key}-{repetition}"
         profile = (

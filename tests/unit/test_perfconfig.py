@@ -584,13 +584,15 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
     from bench.upstream import run_order
 
     keys = ["usher", "kube-scheduler", "limit"]
-    assert run_order(keys, 3, 1) == [
+    assert run_order(keys, 3, {"limit": 1}) == [
         ("usher", 0), ("kube-scheduler", 0), ("limit", 0),
         ("kube-scheduler", 1), ("usher", 1),
         ("usher", 2), ("kube-scheduler", 2),
     ]  # fmt: skip
-    assert [k for k, _ in run_order(keys, 3, 3)].count("limit") == 3
-    assert run_order(["usher"], 2, 1) == [("usher", 0), ("usher", 1)]
+    assert [k for k, _ in run_order(keys, 3, {"limit": 3})].count("limit") == 3
+    assert run_order(["usher"], 2, {"limit": 1}) == [("usher", 0), ("usher", 1)]
+    twice = run_order(["a", "b", "c"], 3, {"b": 2, "c": 1})
+    assert [k for k, _ in twice] == ["a", "b", "c", "b", "a", "a"]
 
 
 def test_the_report_judges_each_upstream_target_from_the_medians() -> None:

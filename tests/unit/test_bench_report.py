@@ -1,0 +1,92 @@
+"""The hand-written workloads' report: each contender's repeated runs read as medians."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import report
+
+
+def _run(key: str, overall: float, cpu: float, hints: int, p50: float, *, status: str = "ok") -> dict[str, Any]:
+    phase = {
+        "status": status,
+        "pods": 100,
+        "bound": 100,
+        "overall": overall,
+        "scheduler_cpu_s": cpu,
+        "hint_invocations": hints,
+        "samples": [[0.0, 0], [1.0, int(overall)]],
+        "latency_s": {"p50": p50, "p90": p50 * 2, "p99": p50 * 3, "max": p50 * 4},
+    }
+    family = "limit" if key == "limit" else key.split("-pqh", maxsplit=1)[0]
+    return {
+        "contender": key,
+        "label": key,
+        "family": family,
+        "status": status,
+        "measured": phase,
+        "ungate": phase,
+        "scheduler": {"peak_rss_mib": cpu * 100, "cpu_s_total": cpu * 2},
+    }
+
+
+def _doc(runs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "workload": {"name": "W", "kind": "gated", "ungate": 100, "measured_pods": 100, "description": "w"},
+        "runs": runs,
+    }
+
+
+def test_each_number_is_the_median_over_the_runs_and_the_chart_keeps_the_median_runs_samples() -> None:
+    doc = _doc(
+        {
+            "usher-pqh-on": [
+                _run("usher-pqh-on", 300.0, 1.0, 7, 0.5),
+                _run("usher-pqh-on", 100.0, 3.0, 5, 0.9),
+                _run("usher-pqh-on", 200.0, 2.0, 6, 0.1),
+            ],
+            "kube-scheduler-pqh-on": [_run("kube-scheduler-pqh-on", 150.0, 2.5, 4, 0.4)],
+        }
+    )
+    view = report.median_view(doc)
+    usher = view["runs"]["usher-pqh-on"]
+    assert usher["n"] == 3
+    measured = usher["measured"]
+    assert measured["overall"] == 200.0
+    assert measured["overall_stat"] == {"median": 200.0, "min": 100.0, "max": 300.0, "n": 3}
+    assert measured["scheduler_cpu_s"] == 2.0
+    assert measured["hint_invocations"] == 6 and isinstance(measured["hint_invocations"], int)
+    # Each quantile on its own: the p50s are 0.5, 0.9, 0.1.
+    assert measured["latency_s"]["p50"] == 0.5 and measured["latency_s"]["max"] == 2.0
+    assert measured["samples"] == [[0.0, 0], [1.0, 200]], "the samples of the run with the median pods/s"
+    assert usher["scheduler"] == {"peak_rss_mib": 200.0, "cpu_s_total": 4.0}
+    assert view["runs"]["kube-scheduler-pqh-on"]["measured"]["overall_stat"]["n"] == 1
+    assert doc["runs"]["usher-pqh-on"][0]["measured"]["overall"] == 300.0, "the document is left as it was"
+
+    table = "\n".join(report.phase_table(view, "measured"))
+    assert "| usher-pqh-on | 3 | 200.0 (100.0-300.0) |" in table
+    assert "| kube-scheduler-pqh-on | 1 | 150.0 |" in table
+    assert "1.33x" in table, "usher/kube-scheduler from the medians"
+    assert "| usher-pqh-on | 0.500 | 1.000 | 1.500 | 2.000 |" in "\n".join(report.phase_table(view, "ungate"))
+
+
+def test_a_contender_with_a_failed_run_shows_the_failure_not_a_median() -> None:
+    doc = _doc(
+        {
+            "usher-pqh-on": [
+                _run("usher-pqh-on", 300.0, 1.0, 7, 0.5),
+                {**_run("usher-pqh-on", 10.0, 1.0, 7, 0.5, status="timeout"), "error": "only 10 of 100 bound"},
+            ],
+            "kube-scheduler-pqh-on": [_run("kube-scheduler-pqh-on", 150.0, 2.5, 4, 0.4)],
+        }
+    )
+    view = report.median_view(doc)
+    assert view["runs"]["usher-pqh-on"]["status"] == "timeout" and view["runs"]["usher-pqh-on"]["n"] == 2
+    assert report._rate(view, "usher-pqh-on", "measured") is None, "no ratio or target from a failed contender"
+    assert not any("usher >= 1.3x kube-scheduler" in line for line in report.targets([view]))
+
+
+def test_results_of_the_older_shape_read_as_one_run_each() -> None:
+    view = report.median_view(_doc({"usher-pqh-on": _run("usher-pqh-on", 120.0, 1.0, 3, 0.2)}))
+    assert view["runs"]["usher-pqh-on"]["n"] == 1
+    assert view["runs"]["usher-pqh-on"]["measured"]["overall"] == 120.0
