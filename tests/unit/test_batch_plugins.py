@@ -228,3 +228,53 @@ def test_a_per_node_filter_that_returns_nothing_rejects_with_an_error_instead_of
     fw = Framework("usher", PluginSet(queue_sort=PrioritySort(), filter=[_ForgetsToAnswer()]))  # type: ignore[list-item]
     [result] = fw.run_filter_nodes(CycleState(), PodInfo.from_api(make_pod().obj()), cache.node_infos())
     assert result is not None and result.code is Code.ERROR and result.plugin == "Forgetful"
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), profile=st.sampled_from(sorted(PROFILES)))
+def test_scores_kept_across_cycles_equal_fresh_ones_while_the_nodes_change(seed: int, profile: str) -> None:
+    """Fit and BalancedAllocation keep each node's score per pod shape while its generation holds: after
+    every change (pods added and removed, a node's capacity changed, a node replaced by a dry run's clone)
+    the batch equals the per-node score."""
+    rnd = random.Random(seed)
+    cache = Cache()
+    for i in range(rnd.randint(1, 12)):
+        cache.add_or_update_node(make_node().name(f"n{i:02d}").capacity(cpu="4", memory="8Gi", pods="110").obj())
+    names = [info.name for info in cache.node_infos()]
+    _, scorers = _plugins(framework(PROFILES[profile]))
+    shapes = [("100m", "500Mi"), ("0", "0"), ("1500m", "3Gi")]
+    placed: list[PodInfo] = []
+    for step in range(40):
+        action = rnd.random()
+        if action < 0.45:
+            cpu, memory = rnd.choice(shapes)
+            existing = PodInfo.from_api(
+                make_pod().name(f"e{step}").req(cpu=cpu, memory=memory).node(rnd.choice(names)).obj()
+            )
+            cache.add_or_update_pod(existing)
+            placed.append(existing)
+        elif action < 0.65 and placed:
+            cache.remove_pod(placed.pop(rnd.randrange(len(placed))).key)
+        elif action < 0.8:
+            cpu = rnd.choice(["2", "4", "8"])
+            cache.add_or_update_node(
+                make_node().name(rnd.choice(names)).capacity(cpu=cpu, memory="8Gi", pods="110").obj()
+            )
+        nodes = list(cache.node_infos())
+        if rnd.random() < 0.3:  # preemption's dry run: a clone with a pod more, in its node's place
+            i = rnd.randrange(len(nodes))
+            clone = nodes[i].clone()
+            cpu, memory = rnd.choice(shapes)
+            clone.add_pod(
+                PodInfo.from_api(make_pod().name(f"d{step}").req(cpu=cpu, memory=memory).node(clone.name).obj())
+            )
+            nodes[i] = clone
+        cpu, memory = rnd.choice(shapes)
+        pod = PodInfo.from_api(make_pod().name(f"p{step}").req(cpu=cpu, memory=memory).obj())
+        for scorer in scorers:
+            state = CycleState()
+            if hasattr(scorer, "pre_score") and scorer.pre_score(state, pod, nodes).code is Code.SKIP:
+                continue
+            scores, status = scorer.score_nodes(state, pod, nodes)
+            assert status.ok
+            assert scores == [scorer.score(state, pod, node)[0] for node in nodes], (scorer.name, step)

@@ -18,6 +18,8 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, Handle
 from usher.core.framework.names import NODE_RESOURCES_BALANCED_ALLOCATION
 from usher.core.hints import ClusterEventWithHint
+from usher.core.plugins.noderesources.fit import Scores
+from usher.core.plugins.nodeshares import ByKind
 from usher.core.resources import CPU, MEMORY
 from usher.core.types import SUCCESS, PodInfo, Status
 
@@ -60,6 +62,8 @@ class NodeResourcesBalancedAllocation:
 
     def __init__(self, args: BalancedArgs) -> None:
         self.args = args
+        self._scores_for: ByKind[Scores] = ByKind(dict)
+        """The default path's scores per node, for recent (cpu, memory) requests of incoming pods."""
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
         return _node_score(node, self._amounts(pod)), SUCCESS
@@ -70,21 +74,28 @@ class NodeResourcesBalancedAllocation:
         if sorted(self.args.resources) != [CPU, MEMORY]:
             return [_node_score(node, amounts) for node in nodes], SUCCESS
         want_cpu, want_memory = pod.requests.get(CPU, 0), pod.requests.get(MEMORY, 0)
+        memo = self._scores_for((want_cpu, want_memory))
         scores: list[int] = []
         for node in nodes:
+            kept = memo.get(node.name)
+            if kept is not None and kept[0] == node.generation:
+                scores.append(kept[1])
+                continue
             capacity_cpu = node.allocatable_cpu
             capacity_memory = node.allocatable_memory
             if capacity_cpu <= 0 or capacity_memory <= 0:
-                scores.append(_node_score(node, amounts))
-                continue
-            used_first = (node.requested_cpu + want_cpu) / capacity_cpu
-            used_second = (node.requested_memory + want_memory) / capacity_memory
-            # Plain comparisons, not min(): this loop runs for every node of every cycle.
-            if used_first > 1.0:  # noqa: PLR1730
-                used_first = 1.0
-            if used_second > 1.0:  # noqa: PLR1730
-                used_second = 1.0
-            scores.append(int((1 - abs(used_first - used_second) / 2) * MAX_NODE_SCORE))
+                score = _node_score(node, amounts)
+            else:
+                used_first = (node.requested_cpu + want_cpu) / capacity_cpu
+                used_second = (node.requested_memory + want_memory) / capacity_memory
+                # Plain comparisons, not min(): this loop runs for every node of every cycle.
+                if used_first > 1.0:  # noqa: PLR1730
+                    used_first = 1.0
+                if used_second > 1.0:  # noqa: PLR1730
+                    used_second = 1.0
+                score = int((1 - abs(used_first - used_second) / 2) * MAX_NODE_SCORE)
+            memo[node.name] = (node.generation, score)
+            scores.append(score)
         return scores, SUCCESS
 
     def _amounts(self, pod: PodInfo) -> list[tuple[str, int]]:
