@@ -65,6 +65,9 @@ class _Handle:
         labels = self._cache.namespace_labels(namespace)
         return dict(labels) if labels is not None else None
 
+    def namespace_generation(self) -> int:
+        return self._cache.namespace_generation()
+
     def service_selectors(self, namespace: str) -> Any:
         return self._cache.service_selectors(namespace)
 

@@ -161,7 +161,15 @@ class FakeHandle:
         return self.cache.node_of_pod(key) if self.cache is not None else None
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        if self.cache is not None:
+            return self.cache.namespace_labels(namespace)
         return self.namespaces.get(namespace)
+
+    def namespace_generation(self) -> int:
+        if self.cache is not None:
+            return self.cache.namespace_generation()
+        # Tests change ``namespaces`` in place: the generation is its content.
+        return hash(tuple(sorted((name, tuple(sorted(labels.items()))) for name, labels in self.namespaces.items())))
 
     def service_selectors(self, namespace: str) -> Sequence[Mapping[str, str]]:
         return self.services.get(namespace, [])

@@ -118,6 +118,9 @@ class PluginHandle:
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.cache.namespace_labels(namespace)
 
+    def namespace_generation(self) -> int:
+        return self.cache.namespace_generation()
+
     def disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]:
         return self.cache.disruption_budgets(namespace)
 

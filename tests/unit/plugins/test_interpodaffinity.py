@@ -782,27 +782,35 @@ def test_node_hint(
 def _random_pod(rnd: random.Random, name: str, node_name: str = "") -> dict[str, Any]:
     colours = ["red", "blue"]
     keys = [HOST, ZONE]
+
+    def random_term() -> dict[str, Any]:
+        if rnd.random() < 0.3:  # namespaces by their labels (which change between cycles)
+            return term(rnd.choice(keys), namespace_selector={"matchLabels": {"team": "b"}}, color=rnd.choice(colours))
+        return term(rnd.choice(keys), color=rnd.choice(colours))
+
     kwargs: dict[str, Any] = {}
     if rnd.random() < 0.5:
-        kwargs["preferred"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
+        kwargs["preferred"] = [(rnd.randint(1, 5), random_term())]
     if rnd.random() < 0.3:
-        kwargs["preferred_anti"] = [(rnd.randint(1, 5), term(rnd.choice(keys), color=rnd.choice(colours)))]
+        kwargs["preferred_anti"] = [(rnd.randint(1, 5), random_term())]
     if rnd.random() < 0.3:
-        kwargs["affinity"] = [term(rnd.choice(keys), color=rnd.choice(colours))]
+        kwargs["affinity"] = [random_term()]
     if rnd.random() < 0.2:
-        kwargs["anti"] = [term(rnd.choice(keys), color=rnd.choice(colours))]
-    namespace = rnd.choice(["default", "other"])
+        kwargs["anti"] = [random_term()]
+    namespace = rnd.choice(["default", "other", "third"])
     return pod(name, node=node_name, namespace=namespace, labels={"color": rnd.choice(colours)}, **kwargs)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(seed: int) -> None:
-    """Pods, nodes and node labels come, change and go between cycles; incoming pods of a few kinds repeat, each with
-    labels of its own. The counts PreFilter and the sums PreScore keep per node (``NodeShares``) must equal a
-    walk of every pod, cycle after cycle."""
+    """Pods, nodes, node labels and namespace labels come, change and go between cycles; incoming pods of a few
+    kinds repeat, each with labels of its own. The counts PreFilter and the sums PreScore keep per node
+    (``NodeShares``) must equal a walk of every pod, cycle after cycle."""
     rnd = random.Random(seed)
     cache = Cache()
-    plugin = interpodaffinity.new({}, FakeHandle(namespaces={"default": {}, "other": {"team": "b"}}))
+    cache.set_namespace("default", {})
+    cache.set_namespace("other", {"team": "b"})
+    plugin = interpodaffinity.new({}, FakeHandle(cache=cache))
     names = [f"n{i}" for i in range(6)]
     for name in names[:4]:
         cache.add_or_update_node(node(name, zone=rnd.choice("ab")))
@@ -830,6 +838,12 @@ def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(
             cache.add_or_update_node(node(name, zone=rnd.choice("abc")))  # added, or relabelled
         elif action < 0.9 and present:
             cache.remove_node(rnd.choice(present))
+        elif action < 0.97:  # a namespace relabelled, added or deleted: no node changes
+            namespace = rnd.choice(["default", "other", "third"])
+            if rnd.random() < 0.2:
+                cache.remove_namespace(namespace)
+            else:
+                cache.set_namespace(namespace, rnd.choice([{}, {"team": "b"}, {"team": "c"}]))
         raw_incoming = copy.deepcopy(rnd.choice(incoming_kinds))
         # Every pod its own "signature" label (as scheduler_perf's), and now and then another colour.
         raw_incoming["metadata"]["labels"]["signature"] = f"s{step}"

@@ -142,6 +142,7 @@ class Cache:
         self._pod_nodes: dict[PodKey, NodeName] = {}
         self._assumed: set[PodKey] = set()
         self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._namespace_generation = 0
         self._budgets: dict[str, dict[str, DisruptionBudget]] = {}
         self._services: dict[str, dict[str, Mapping[str, str]]] = {}
         self._node_list: NodeList | None = None
@@ -179,10 +180,18 @@ class Cache:
     # -- namespaces (for namespaceSelector terms) ------------------------------
 
     def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        if self._namespaces.get(name) != labels:
+            self._namespace_generation += 1
         self._namespaces[name] = dict(labels)
 
     def remove_namespace(self, name: str) -> None:
-        self._namespaces.pop(name, None)
+        if self._namespaces.pop(name, None) is not None:
+            self._namespace_generation += 1
+
+    def namespace_generation(self) -> int:
+        """Renewed whenever a namespace comes, goes or changes its labels: what is derived from namespace
+        labels (namespaceSelector terms) holds while it does."""
+        return self._namespace_generation
 
     def set_disruption_budget(self, budget: DisruptionBudget) -> None:
         self._budgets.setdefault(budget.namespace, {})[budget.name] = budget

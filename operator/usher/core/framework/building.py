@@ -311,6 +311,9 @@ class _UnconnectedHandle:
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return None
 
+    def namespace_generation(self) -> int:
+        return 0
+
     @property
     def dra(self) -> DraState:
         return self._dra

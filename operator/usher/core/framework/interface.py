@@ -370,6 +370,10 @@ class Handle(Protocol):
         """Labels of a namespace (for namespaceSelector terms); None if usher has not seen it."""
         ...
 
+    def namespace_generation(self) -> int:
+        """Renewed whenever any namespace comes, goes or changes its labels."""
+        ...
+
     @property
     def dra(self) -> DraState:
         """ResourceClaims, slices, classes, in-flight allocations (DynamicResources)."""

@@ -141,7 +141,7 @@ class InterPodAffinity:
         except SelectorError as exc:
             return None, unschedulable(f"parsing pod: {exc}", resolvable=False)
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
-        key = filter_signature(pod, terms)
+        key = filter_signature(pod, terms, self._handle.namespace_generation())
         shares = None if key is None else (self._shares_for((key, "affinity")), self._shares_for((key, "anti")))
         existing = self._shares_for(existing_signature(pod, namespace_labels(pod.namespace) or {}))
         computed = compute_state(pod, terms, nodes, self._terms, namespace_labels, shares, existing)
@@ -181,7 +181,11 @@ class InterPodAffinity:
         all_nodes = state.get(ALL_NODES_KEY)
         namespace_labels = NamespaceLabelsCache(self._handle.namespace_labels)
         # Sums kept across cycles need the same nodes every time: all of them, as PreFilter saw them.
-        key = score_signature(pod, terms, namespace_labels(pod.namespace) or {}) if all_nodes is not None else None
+        key = (
+            score_signature(pod, terms, namespace_labels(pod.namespace) or {}, self._handle.namespace_generation())
+            if all_nodes is not None
+            else None
+        )
         shares = self._shares_for(key) if key is not None else None
         computed = topology_scores(
             pod,

@@ -248,11 +248,12 @@ def compute_state(
     )
 
 
-def signature(pod: PodInfo, terms: PodTerms) -> Hashable | None:
+def signature(pod: PodInfo, terms: PodTerms, namespaces: int | None = None) -> Hashable | None:
     """What the incoming pod's required-term counts depend on besides the nodes: pods with equal signatures
-    share their ``NodeShares`` (None: not kept, see ``terms_signature``)."""
-    affinity = terms_signature(terms.required_affinity)
-    anti = terms_signature(terms.required_anti_affinity)
+    share their ``NodeShares`` (None: not kept; ``namespaces``: the namespace generation, see
+    ``terms_signature``)."""
+    affinity = terms_signature(terms.required_affinity, namespaces)
+    anti = terms_signature(terms.required_anti_affinity, namespaces)
     if affinity is None or anti is None:
         return None
     return ("filter", pod.namespace, affinity, anti)

@@ -122,12 +122,15 @@ def _node_entries(
     return entries
 
 
-def signature(pod: PodInfo, terms: PodTerms, pod_ns_labels: Mapping[str, str]) -> Hashable | None:
+def signature(
+    pod: PodInfo, terms: PodTerms, pod_ns_labels: Mapping[str, str], namespaces: int | None = None
+) -> Hashable | None:
     """What ``topology_scores`` depends on besides the nodes and the pod's labels: pods with equal signatures
     share ``NodeShares`` (which handles the labels, see there). None when one of the pod's preferred terms
-    selects namespaces by their labels (see ``terms_signature``)."""
+    selects namespaces by their labels and no namespace generation (``namespaces``) is given (see
+    ``terms_signature``)."""
     preferred = terms_signature(
-        (*(w.term for w in terms.preferred_affinity), *(w.term for w in terms.preferred_anti_affinity))
+        (*(w.term for w in terms.preferred_affinity), *(w.term for w in terms.preferred_anti_affinity)), namespaces
     )
     if preferred is None:
         return None

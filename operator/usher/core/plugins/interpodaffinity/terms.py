@@ -107,15 +107,22 @@ class PodTerms:
 NO_TERMS = PodTerms()
 
 
-def terms_signature(terms: Sequence[AffinityTerm]) -> Hashable | None:
+def terms_signature(terms: Sequence[AffinityTerm], namespaces: int | None = None) -> Hashable | None:
     """The terms as a value: equal for terms that select the same pods in the same domains (matchLabelKeys are
-    merged into the selectors already). None when a term selects namespaces by their labels: those may change
-    without any node changing, so nothing derived from such terms may be kept across cycles."""
+    merged into the selectors already).
+
+    A term that selects namespaces by their labels selects other pods when any namespace changes, without any
+    node changing: its signature carries ``namespaces``, the cache's namespace generation, so what was derived
+    from it is kept only while no namespace changed (None without a generation: nothing may be kept)."""
     parts: list[Hashable] = []
     for term in terms:
-        if term.namespace_selector is not None and not term.all_namespaces:
-            return None
         selector = json.dumps(term.selector, sort_keys=True)
+        if term.namespace_selector is not None and not term.all_namespaces:
+            if namespaces is None:
+                return None
+            by_labels = json.dumps(term.namespace_selector, sort_keys=True)
+            parts.append((selector, tuple(sorted(term.namespaces)), by_labels, namespaces, term.topology_key))
+            continue
         parts.append((selector, tuple(sorted(term.namespaces)), term.all_namespaces, term.topology_key))
     return tuple(parts)
 
