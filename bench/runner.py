@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,8 @@ CREATE_CONCURRENCY = 32
 METRICS_FLUSH_SECONDS = 1.5
 SMOKE_NODES = 10
 SMOKE_PODS = 20
+#: The cluster is thrown away after a run: no graceful shutdown to wait for.
+STOP_GRACE_SECONDS = 1.0
 
 
 def run_header(contender: Contender) -> dict[str, Any]:
@@ -106,6 +108,28 @@ def component_pids(plane: ControlPlane, *, kcm: bool, scheduler: int | None) -> 
         pids["kcm"] = plane.component("kube-controller-manager").process.pid
     pids["scheduler"] = scheduler
     return pids
+
+
+async def start_after(current: asyncio.Future[ControlPlane], start_plane: Callable[[], ControlPlane]) -> ControlPlane:
+    """The next run's plane, started (in a thread) once ``current`` (this run's) is up or has failed to start:
+    one plane starts at a time."""
+    await asyncio.wait([current])
+    return await asyncio.to_thread(start_plane)
+
+
+async def settled(work: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait for other planes' starts and stops before measuring (their failures are their runs')."""
+    if work:
+        waited = time.monotonic()
+        await asyncio.wait(work)
+        logger.info("measuring after %.1f s waiting for other control planes", time.monotonic() - waited)
+
+
+async def clean_after_stop(stopping: asyncio.Task[None] | None, workdir: Path, keep: bool) -> None:
+    """Once the run's plane has stopped: remove its work directory (only etcd's data when ``keep``)."""
+    if stopping is not None:
+        await asyncio.wait([stopping])
+    await asyncio.to_thread(shutil.rmtree, workdir / "etcd" if keep else workdir, True)
 
 
 def phase_timeout(pods: int) -> float:
@@ -134,18 +158,35 @@ class Run:
         }
         self.nodes = [node_name(i) for i in range(workload.nodes)]
         self.api: Api  # set once the control plane is up
+        self.stopping: asyncio.Task[None] | None = None
+        """The plane's shutdown, in a thread: the next run starts meanwhile."""
+        self._settle: list[asyncio.Future[Any]] = []
 
-    async def execute(self) -> dict[str, Any]:
-        w, c = self.workload, self.contender
-        logger.info("=== %s / %s (run %d)", w.name, c.label, self.repetition + 1)
-        started = time.monotonic()
-        plane = start(
+    def start_plane(self) -> ControlPlane:
+        """This run's control plane (blocking: run it in a thread)."""
+        return start(
             self.workdir,
             extra_apiserver_args=APISERVER_ARGS,
             kcm=False,  # the hand-written workloads need no controller (claims are made by the harness)
             kwok=False,
-            **c.plane_kwargs(self.workdir),
+            **self.contender.plane_kwargs(self.workdir),
         )
+
+    async def execute(
+        self, plane_task: asyncio.Future[ControlPlane] | None = None, settle: Sequence[asyncio.Future[Any]] = ()
+    ) -> dict[str, Any]:
+        """Run the workload on the plane ``plane_task`` starts (one is started if None); the plane is stopped
+        (``stopping``). ``settle``: work elsewhere on the machine the first measured phase waits for."""
+        w, c = self.workload, self.contender
+        logger.info("=== %s / %s (run %d)", w.name, c.label, self.repetition + 1)
+        started = time.monotonic()
+        self._settle = list(settle)
+        try:
+            plane = await (plane_task if plane_task is not None else asyncio.to_thread(self.start_plane))
+        except Exception as error:
+            logger.exception("%s / %s: the control plane did not start", w.name, c.label)
+            self.result.update(status="error", error=f"{type(error).__name__}: {error}")
+            return self.result
         try:
             plane.create_namespace(NAMESPACE)
             async with Api(plane, connections=CREATE_CONCURRENCY + 8) as api:
@@ -167,7 +208,7 @@ class Run:
                     await c.stop()
                     await watcher.stop()
         finally:
-            plane.stop()
+            self.stopping = asyncio.create_task(asyncio.to_thread(plane.stop, STOP_GRACE_SECONDS))
         self.result["run_seconds"] = round(time.monotonic() - started, 1)
         return self.result
 
@@ -188,7 +229,7 @@ class Run:
             )
             self.result["init_seconds"] = round(time.monotonic() - t, 2)
 
-        if w.kind is Kind.GATED:
+        if w.gated_pods:
             await self._create_pods("gated", w.gated_pods)
             await self._wait_pending(w.gated_pods, "gated pods in the scheduler's queue")
         if w.kind is Kind.CLAIM_BURST:
@@ -202,11 +243,12 @@ class Run:
             else:
                 await self._create_pods("measured", w.measured_pods)
 
-        self.result["measured"] = await self._measure(
-            plane, api, watcher, "measured", w.measured_pods, create_measured, profile_name=w.name
-        )
+        if w.measured_pods:
+            self.result["measured"] = await self._measure(
+                plane, api, watcher, "measured", w.measured_pods, create_measured, profile_name=w.name
+            )
 
-        if w.kind is Kind.GATED and w.ungate:
+        if w.ungate:
             ungated_at: dict[str, float] = {}
             names = [f"gated-{i:05d}" for i in range(w.ungate)]
 
@@ -220,9 +262,15 @@ class Run:
                 ungated_at[name] = time.monotonic()
 
             async def ungate() -> None:
-                await run_all(names, ungate_one, CREATE_CONCURRENCY)
+                batch = w.ungate_batch or len(names)
+                began = time.monotonic()
+                for round_, first in enumerate(range(0, len(names), batch)):
+                    # The workload's pace (a user releasing pods), not a wait for a condition.
+                    await asyncio.sleep(max(0.0, began + round_ * w.ungate_every_s - time.monotonic()))
+                    await run_all(names[first : first + batch], ungate_one, CREATE_CONCURRENCY)
 
-            result = await self._measure(plane, api, watcher, "gated", w.ungate, ungate, profile_name=None)
+            profile = f"{w.name}.ungate" if w.paced else None
+            result = await self._measure(plane, api, watcher, "gated", w.ungate, ungate, profile_name=profile)
             latencies = sorted(
                 max(0.0, watcher.bound_at[n] - ungated_at[n])
                 for n in names
@@ -278,6 +326,8 @@ class Run:
         profile_name: str | None,
     ) -> dict[str, Any]:
         """Run ``action`` (which creates or releases ``count`` pods of ``phase``) and measure their binding."""
+        await settled(self._settle)
+        self._settle = []
         c = self.contender
         pid = c.pid
         meter = CpuMeter(component_pids(plane, kcm=False, scheduler=pid))
@@ -372,9 +422,10 @@ class Run:
 
         def body(i: int) -> dict[str, Any]:
             name = f"{phase}-{i:05d}"
+            requests = dict(w.pod_requests)
             if w.kind is Kind.CLAIM_BURST:
-                return pod(name, scheduler, phase, claim_name=burst_claim_name(i))
-            return pod(name, scheduler, phase, gated=phase == "gated")
+                return pod(name, scheduler, phase, claim_name=burst_claim_name(i), requests=requests)
+            return pod(name, scheduler, phase, gated=phase == "gated", requests=requests)
 
         async def create(i: int) -> None:
             await self._post(self.api, "pods", body(i))
@@ -471,15 +522,28 @@ async def run_workload(
     fewer = {**HAND_FEWER, "limit": limit_repetitions}
     by_contender = {c.key: c for c in contenders}
     runs: dict[str, list[dict[str, Any]]] = {c.key: [] for c in contenders}
-    for key, repetition in run_order(list(by_contender), repetitions, fewer):
-        workdir = base / workload.name / f"{key}-{repetition}"
-        result = await Run(workload, by_contender[key], workdir, profile_dir, repetition).execute()
-        if not keep and result["status"] == "ok":
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            shutil.rmtree(workdir / "etcd", ignore_errors=True)
-            result["workdir"] = str(workdir)
-        runs[key].append(result)
+    order = [
+        Run(workload, by_contender[key], base / workload.name / f"{key}-{repetition}", profile_dir, repetition)
+        for key, repetition in run_order(list(by_contender), repetitions, fewer)
+    ]
+    upcoming: asyncio.Future[ControlPlane] | None = None
+    cleanups: list[asyncio.Task[None]] = []
+    for i, run in enumerate(order):
+        plane = upcoming or asyncio.ensure_future(asyncio.to_thread(run.start_plane))
+        # The previous run's plane stops and the next run's starts during this run's setup; its first measured
+        # phase waits for both (``settled``).
+        settle: list[asyncio.Future[Any]] = list(cleanups[-1:])
+        upcoming = None
+        if i + 1 < len(order):
+            upcoming = asyncio.ensure_future(start_after(plane, order[i + 1].start_plane))
+            settle.append(upcoming)
+        result = await run.execute(plane, settle)
+        keep_all = keep or result["status"] != "ok"
+        if keep_all:
+            result["workdir"] = str(run.workdir)
+        cleanups.append(asyncio.create_task(clean_after_stop(run.stopping, run.workdir, keep_all)))
+        runs[run.contender.key].append(result)
+    await asyncio.gather(*cleanups)
     return {
         "workload": {
             "name": workload.name,
@@ -490,6 +554,8 @@ async def run_workload(
             "devices_per_node": workload.devices_per_node,
             "gated_pods": workload.gated_pods,
             "ungate": workload.ungate,
+            "ungate_batch": workload.ungate_batch,
+            "ungate_every_s": workload.ungate_every_s,
             "description": workload.description,
         },
         "apiserver_args": list(APISERVER_ARGS),

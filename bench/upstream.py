@@ -32,11 +32,10 @@ import asyncio
 import datetime
 import json
 import logging
-import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,18 @@ from bench.executor import ClusterPods, Executor
 from bench.kube import Api
 from bench.measure import CpuMeter, cpu_seconds, peak_rss_mib, start_profiler, stop_profiler
 from bench.perfconfig import Selection, TestCase, Workload
-from bench.runner import APISERVER_ARGS, KCM_ARGS, component_pids, machine, phase_timeout, run_header
+from bench.runner import (
+    APISERVER_ARGS,
+    KCM_ARGS,
+    STOP_GRACE_SECONDS,
+    clean_after_stop,
+    component_pids,
+    machine,
+    phase_timeout,
+    run_header,
+    settled,
+    start_after,
+)
 from e2e.controlplane import ControlPlane, start
 
 logger = logging.getLogger("bench.upstream")
@@ -73,8 +83,6 @@ DISABLED_ADMISSION = "--disable-admission-plugins=ServiceAccount,TaintNodesByCon
 DRA_APIS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1", "resource.k8s.io/v1alpha3")
 WORKLOAD_APIS = ("scheduling.k8s.io/v1beta1",)
 KCM_CONTROLLERS = ("garbage-collector-controller", "resourceclaim-controller")
-#: The cluster is thrown away after a run: no graceful shutdown to wait for.
-STOP_GRACE_SECONDS = 1.0
 #: scheduler_perf's per-workload timeout; a run that takes longer is recorded as timed out.
 RUN_TIMEOUT_SECONDS = 30 * 60
 
@@ -225,11 +233,15 @@ class RunHooks:
     kcm: bool
     profile: Path | None = None
     """Where py-spy writes usher's stacks over the collection (None: not profiled; never kube-scheduler)."""
+    settle: list[asyncio.Future[Any]] = field(default_factory=list)
+    """What the first collection waits for (another run's plane starting or stopping); failures are theirs."""
     _meter: CpuMeter | None = None
     _before: str | None = None
     _profiler: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
+        await settled(self.settle)
+        self.settle = []
         self._before = await self.contender.scrape()
         self._meter = CpuMeter(component_pids(self.plane, kcm=self.kcm, scheduler=self.contender.pid))
         self._meter.start()
@@ -302,8 +314,13 @@ class UpstreamRun:
             **self.contender.plane_kwargs(self.workdir),
         )
 
-    async def execute(self, plane_task: asyncio.Future[ControlPlane] | None = None) -> dict[str, Any]:
-        """Run the workload on the plane ``plane_task`` starts (one is started if None); the plane is stopped."""
+    async def execute(
+        self, plane_task: asyncio.Future[ControlPlane] | None = None, settle: Sequence[asyncio.Future[Any]] = ()
+    ) -> dict[str, Any]:
+        """Run the workload on the plane ``plane_task`` starts (one is started if None); the plane is stopped.
+
+        ``settle``: work elsewhere on the machine (other planes starting or stopping) the first metrics
+        collection waits for."""
         plan, contender = self.plan, self.contender
         logger.info("=== %s/%s / %s", plan.test_case.name, plan.workload.name, contender.label)
         started = time.monotonic()
@@ -314,13 +331,13 @@ class UpstreamRun:
             self.result.update(status="error", error=f"{type(error).__name__}: {error}", phases=[])
             return self.result
         try:
-            await self._run(plane)
+            await self._run(plane, settle)
         finally:
             self.stopping = asyncio.create_task(asyncio.to_thread(plane.stop, STOP_GRACE_SECONDS))
         self.result["run_seconds"] = round(time.monotonic() - started, 1)
         return self.result
 
-    async def _run(self, plane: ControlPlane) -> None:
+    async def _run(self, plane: ControlPlane, settle: Sequence[asyncio.Future[Any]]) -> None:
         plan, contender = self.plan, self.contender
         async with Api(plane, connections=48) as api:
             pods = ClusterPods(api)
@@ -330,7 +347,7 @@ class UpstreamRun:
                 pods,
                 plan.test_case,
                 plan.workload,
-                hooks=RunHooks(plane, contender, plan.needs_kcm, self.profile),
+                hooks=RunHooks(plane, contender, plan.needs_kcm, self.profile, settle=list(settle)),
                 check=contender.ensure_alive,
                 timeout=self.timeout,
             )
@@ -525,20 +542,25 @@ async def run_selection(
     stopping: asyncio.Task[None] | None = None
     for i, run in enumerate(order):
         plane, upcoming = upcoming, None
-        if plane is None and stopping is not None:
-            # The previous run's plane stops while this one's starts (about 1.5 s a run saved); the workload
-            # waits for both, so no measured op overlaps a shutdown.
-            plane = asyncio.ensure_future(_started_after(stopping, asyncio.to_thread(run.start_plane)))
-        if options.prestart and i + 1 < len(order):
-            # Smoke only: the next run's control plane starts while this one runs (timings mean nothing there).
-            upcoming = asyncio.ensure_future(asyncio.to_thread(order[i + 1].start_plane))
-        result = await run.execute(plane)
+        if plane is None:
+            plane = asyncio.ensure_future(asyncio.to_thread(run.start_plane))
+        # Nothing measured overlaps another plane's start or stop: the first metrics collection waits for the
+        # previous run's plane to have stopped and the next run's to have started (both run meanwhile, during
+        # this run's setup ops: about 3 s a run saved). Smoke runs start the next plane and measure at once.
+        settle: list[asyncio.Future[Any]] = [] if options.prestart or stopping is None else [stopping]
+        if i + 1 < len(order):
+            start_next = order[i + 1].start_plane
+            upcoming = asyncio.ensure_future(
+                asyncio.to_thread(start_next) if options.prestart else start_after(plane, start_next)
+            )
+            if not options.prestart:
+                settle.append(upcoming)
+        result = await run.execute(plane, settle)
         keep = options.keep or result["status"] != "ok"
         if keep:
             result["workdir"] = str(run.workdir)
-        cleanups.append(asyncio.create_task(_clean(run, keep)))
-        if not options.prestart:
-            stopping = cleanups[-1]
+        cleanups.append(asyncio.create_task(clean_after_stop(run.stopping, run.workdir, keep)))
+        stopping = cleanups[-1]
         runs[run.contender.key].append(result)
         if on_run is not None:
             on_run(result)
@@ -546,20 +568,6 @@ async def run_selection(
     document["runs"] = runs
     document["summary"] = {key: summarize(r) for key, r in runs.items()}
     return document
-
-
-async def _started_after(stopping: asyncio.Task[None], starting: Awaitable[ControlPlane]) -> ControlPlane:
-    """The plane ``starting`` brings up, once ``stopping`` (the previous run's shutdown) has finished too."""
-    started = asyncio.ensure_future(starting)
-    await asyncio.gather(stopping, started)
-    return started.result()
-
-
-async def _clean(run: UpstreamRun, keep: bool) -> None:
-    """Wait for the run's plane to stop, then remove its work directory (only etcd's data when ``keep``)."""
-    if run.stopping is not None:
-        await run.stopping
-    await asyncio.to_thread(shutil.rmtree, run.workdir / "etcd" if keep else run.workdir, True)
 
 
 def _size(test_case: TestCase, workload: Workload) -> str:

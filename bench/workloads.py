@@ -1,12 +1,13 @@
 """The hand-written workloads: what scheduler_perf's own files have no workload for, and the objects they create.
 
-Why these two shapes: SchedulingGated shows that thousands of gated pods cost
-nothing while other pods schedule, and how fast ungated pods bind (from the
-gate's removal to the binding, a latency scheduler_perf does not measure; its
-SchedulingWhileGated workloads hold 10000 gated pods on 50000, too large here);
-the claim burst is the case PreQueueingHints exist for: N pods wait for claims
-that all appear at once, and without narrowing every claim event runs a hint
-for every waiting pod (N^2).
+Why these three shapes: SchedulingGated shows that thousands of gated pods
+cost nothing while other pods schedule (scheduler_perf's SchedulingWhileGated
+workloads hold 10000 gated pods on 50000, too large here); GateRemoval times
+each pod from its gate's removal to its binding as a user releasing pods would
+(100 every 2 s on 20 nodes, issue 18's trial), a latency scheduler_perf does
+not measure; the claim burst is the case PreQueueingHints exist for: N pods
+wait for claims that all appear at once, and without narrowing every claim
+event runs a hint for every waiting pod (N^2).
 
 The hand-written SchedulingBasic (500 and 5000 nodes),
 SchedulingWithResourceClaimTemplate and PreemptionBasic workloads were
@@ -19,6 +20,7 @@ benchmark measures binding.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -40,6 +42,7 @@ class Kind(StrEnum):
     """What a workload's measured phase does."""
 
     GATED = "gated"
+    GATE_REMOVAL = "gate_removal"
     CLAIM_BURST = "claim_burst"
 
 
@@ -49,9 +52,11 @@ class Workload:
 
     ``init_pods`` are created and bound before measuring (they fill the cache
     and the nodes, as in scheduler_perf); ``measured_pods`` are counted by the
-    throughput collector. ``gated_pods`` (GATED) wait behind a scheduling gate
-    from the start, and ``ungate`` of them are released after the measured
-    phase. ``devices_per_node`` > 0 publishes one ResourceSlice per node.
+    throughput collector. ``gated_pods`` (GATED, GATE_REMOVAL) wait behind a
+    scheduling gate from the start, and ``ungate`` of them are released after
+    the measured phase (if any): ``ungate_batch`` at a time every
+    ``ungate_every_s`` seconds, or all at once (32 writes in flight) when 0.
+    ``devices_per_node`` > 0 publishes one ResourceSlice per node.
     """
 
     name: str
@@ -62,7 +67,15 @@ class Workload:
     devices_per_node: int = 0
     gated_pods: int = 0
     ungate: int = 0
+    ungate_batch: int = 0
+    ungate_every_s: float = 0.0
+    pod_requests: tuple[tuple[str, str], ...] = tuple(POD_REQUESTS.items())
     description: str = ""
+
+    @property
+    def paced(self) -> bool:
+        """The ungate phase releases pods at a set pace: its pods/s are the pace, its latency is the result."""
+        return self.ungate_batch > 0
 
     @property
     def uses_dra(self) -> bool:
@@ -75,20 +88,28 @@ class Workload:
             self,
             nodes=nodes,
             init_pods=pods if self.init_pods else 0,
-            measured_pods=pods,
+            measured_pods=pods if self.measured_pods else 0,
             devices_per_node=devices,
             gated_pods=2 * pods if self.gated_pods else 0,
             ungate=pods if self.ungate else 0,
+            ungate_batch=max(1, pods // 2) if self.ungate_batch else 0,
         )
 
 
 WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "SchedulingGated_5000gated_1000pods", Kind.GATED, nodes=500, init_pods=0, measured_pods=1000,
-        gated_pods=5000, ungate=1000,
-        description="500 nodes; 5000 pods held by a scheduling gate, then 1000 plain measured pods; "
-        "then the gate is removed from 1000 of the held pods (the `ungate` row: time from gate removal "
-        "to binding).",
+        gated_pods=5000,
+        description="500 nodes; 5000 pods held by a scheduling gate, then 1000 plain measured pods.",
+    ),
+    Workload(
+        "GateRemoval_1000pods_20nodes", Kind.GATE_REMOVAL, nodes=20, init_pods=0, measured_pods=0,
+        gated_pods=1000, ungate=1000, ungate_batch=100, ungate_every_s=2.0,
+        pod_requests=(("cpu", "50m"), ("memory", "100Mi")),
+        description="20 nodes; 1000 pods held by a scheduling gate (50m cpu, 100Mi each: all fit); the gate "
+        "is removed from 100 of them every 2 s (one PATCH each, 32 in flight), as a user releasing work "
+        "would. Measured: each pod's time from its gate's removal (the PATCH's answer) to its binding "
+        "(the watch seeing spec.nodeName).",
     ),
     Workload(
         "ClaimBurst_500", Kind.CLAIM_BURST, nodes=100, init_pods=0, measured_pods=500, devices_per_node=20,
@@ -147,12 +168,13 @@ def pod(
     *,
     claim_name: str | None = None,
     gated: bool = False,
+    requests: Mapping[str, str] = POD_REQUESTS,
 ) -> dict[str, Any]:
     """A pod that never runs: no token volume (nothing would mount it), no grace period."""
     container: dict[str, Any] = {
         "name": "main",
         "image": "registry.k8s.io/pause:3.10",
-        "resources": {"requests": dict(POD_REQUESTS)},
+        "resources": {"requests": dict(requests)},
     }
     spec: dict[str, Any] = {
         "schedulerName": scheduler,

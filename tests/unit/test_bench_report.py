@@ -90,3 +90,22 @@ def test_results_of_the_older_shape_read_as_one_run_each() -> None:
     view = report.median_view(_doc({"usher-pqh-on": _run("usher-pqh-on", 120.0, 1.0, 3, 0.2)}))
     assert view["runs"]["usher-pqh-on"]["n"] == 1
     assert view["runs"]["usher-pqh-on"]["measured"]["overall"] == 120.0
+
+
+def test_a_paced_gate_removal_is_judged_by_its_latency_and_reads_no_ratio_from_its_pace() -> None:
+    doc = _doc(
+        {
+            "usher-pqh-on": [_run("usher-pqh-on", 50.0, 1.0, 7, 0.2), _run("usher-pqh-on", 50.0, 1.0, 7, 0.3)],
+            "kube-scheduler-pqh-on": [_run("kube-scheduler-pqh-on", 49.0, 2.5, 4, 0.25)],
+        }
+    )
+    doc["workload"].update(name="G", measured_pods=0, ungate_batch=100, ungate_every_s=2.0)
+    view = report.median_view(doc)
+    assert report._phases(view) == [("ungate", "G")]
+    targets = "\n".join(report.targets([view]))
+    assert "kube-scheduler |" not in targets.replace("kube-scheduler's", ""), "no throughput target for a pace"
+    # usher's medians: p50 0.25, p99 0.75; kube-scheduler's: 0.25 and 0.75.
+    latency = "| G: gate removal to binding, usher p50 and p99 <= kube-scheduler's |"
+    assert f"{latency} p50 250 vs 250 ms; p99 750 vs 750 ms | yes |" in targets
+    table = "\n".join(report.phase_table(view, "ungate"))
+    assert "1.02x" not in table and "| usher-pqh-on | 2 | 50.0 |" in table
