@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.builders import make_node, make_pod
 from usher.core.cache import Cache, NodeInfo, nodes_with_required_anti_affinity_pods
-from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
+from usher.core.plugins.nodeshares import NODES_KEPT, Entry, NodeShares, PerNodeByKind, by_key, sum_entries
 from usher.core.types import PodInfo, PodKey
 
 ANTI = {
@@ -105,3 +105,16 @@ def test_the_running_sums_equal_a_fresh_sum_while_pods_come_and_go() -> None:
             values.clear()
         shares.by_pair().clear()
         assert shares.by_key() == by_key(fresh), "what a caller was handed is its own copy"
+
+
+def test_per_node_answers_are_kept_per_kind_and_cleared_once_too_many_node_names_piled_up() -> None:
+    kept: PerNodeByKind[int] = PerNodeByKind(limit=2)
+    kept("a")["n1"] = 1
+    assert kept("a") == {"n1": 1} and kept("b") == {}
+    kept("c")  # a third kind: the least recently used ("a") goes
+    assert kept("a") == {}
+    churned = kept("b")
+    churned.update((f"gone-{i}", i) for i in range(NODES_KEPT))
+    assert len(kept("b")) == NODES_KEPT, "kept up to the bound"
+    churned["one-more"] = 0
+    assert kept("b") == {}, "cleared wholesale past it"

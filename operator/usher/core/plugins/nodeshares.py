@@ -73,6 +73,29 @@ class ByKind(Generic[T]):
         return len(self._kinds)
 
 
+V = TypeVar("V")
+
+NODES_KEPT = 16384
+"""Node names a per-node answer keeps per signature before it is cleared wholesale: entries are looked up by
+name and checked against the node, so a deleted node's entry is never read again, only never pruned."""
+
+
+class PerNodeByKind(ByKind[dict[str, V]]):
+    """``ByKind`` of per-node answers (node name -> answer), each dict cleared wholesale once it holds more
+    than ``NODES_KEPT`` names (a cluster whose nodes come and go by new names would grow it without bound)."""
+
+    __slots__ = ()
+
+    def __init__(self, limit: int = MAX_KINDS) -> None:
+        super().__init__(dict, limit)
+
+    def __call__(self, signature: Hashable) -> dict[str, V]:
+        kept = super().__call__(signature)
+        if len(kept) > NODES_KEPT:
+            kept.clear()
+        return kept
+
+
 class NodeShares:
     """For pods that ask alike (``signature``): what each node added to the per-domain sums, with the node's
     generation, and the running sums.

@@ -45,7 +45,7 @@ from usher.core.framework.interface import (
 from usher.core.framework.names import NODE_AFFINITY
 from usher.core.framework.scoring import default_normalize
 from usher.core.hints import ClusterEventWithHint
-from usher.core.plugins.nodeshares import ByKind
+from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.selectors import SelectorError, node_selector_term_matches
 from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
 
@@ -305,7 +305,7 @@ class NodeAffinity:
 
     def __init__(self, args: AffinityArgs) -> None:
         self.args = args
-        self._verdicts_for: ByKind[Verdicts] = ByKind(dict)
+        self._verdicts_for: PerNodeByKind[tuple[Mapping[str, str], bool]] = PerNodeByKind()
         """Filter's answers per node, for recent kinds of required affinity (``RequiredAffinity.signature``)."""
 
     def _enforced(self, labels: Mapping[str, str], name: str) -> bool:

@@ -19,7 +19,7 @@ from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, Han
 from usher.core.framework.names import NODE_RESOURCES_BALANCED_ALLOCATION
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.noderesources.fit import Scores
-from usher.core.plugins.nodeshares import ByKind
+from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.resources import CPU, MEMORY
 from usher.core.types import SUCCESS, PodInfo, Status
 
@@ -62,7 +62,7 @@ class NodeResourcesBalancedAllocation:
 
     def __init__(self, args: BalancedArgs) -> None:
         self.args = args
-        self._scores_for: ByKind[Scores] = ByKind(dict)
+        self._scores_for: Scores = PerNodeByKind()
         """The default path's scores per node, for recent (cpu, memory) requests of incoming pods."""
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:

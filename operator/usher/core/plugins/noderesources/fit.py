@@ -23,7 +23,7 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
 from usher.core.framework.names import NODE_RESOURCES_FIT
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
-from usher.core.plugins.nodeshares import ByKind
+from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.plugins.shapes import Shape, parse_shape, shape_score
 from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
@@ -41,9 +41,10 @@ REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
 
 
-Scores = dict[str, tuple[int, int]]
-"""Node name -> (the node's generation, its score): a score holds while the node's generation does (a burst
-of pods from one template rescoring 230 nodes each finds all but the last pod's node unchanged)."""
+Scores = PerNodeByKind[tuple[int, int]]
+"""Per (cpu, memory) request: node name -> (the node's generation, its score). A score holds while the node's
+generation does (a burst of pods from one template rescoring 230 nodes each finds all but the last pod's node
+unchanged)."""
 
 
 def insufficient(resource: str) -> str:
@@ -119,7 +120,7 @@ class NodeResourcesFit:
         self._handle = handle
         self._plain = not (self._ignored(CPU) or self._ignored(MEMORY))
         """cpu and memory are checked (not in ``ignoredResources``): ``filter``'s scalar fast path applies."""
-        self._scores_for: ByKind[Scores] = ByKind(dict)
+        self._scores_for: Scores = PerNodeByKind()
         """The default path's scores per node, for recent (cpu, memory) requests of incoming pods."""
 
     def _ignored(self, resource: str) -> bool:
