@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from usher import __version__
@@ -17,6 +17,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger("usher")
 
 DEFAULT_METRICS_BIND_ADDRESS = "127.0.0.1:10251"
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``usher run`` runs on; None: asyncio's default.
+
+    uvloop (libuv under asyncio's API) is what kopf's own CLI runs on when installed. Every watch event,
+    task switch, timer and socket write of usher goes through the loop, and on two cores shared with the
+    API server the loop's own cost is scheduling throughput (bench/NOTES.md has the measurement).
+    """
+    if name == "asyncio":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     election.add_argument("--leader-elect-lease-duration", type=float, metavar="SECONDS")
     election.add_argument("--leader-elect-renew-deadline", type=float, metavar="SECONDS")
     election.add_argument("--leader-elect-retry-period", type=float, metavar="SECONDS")
+    run.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="uvloop",
+        help="asyncio event loop implementation: uvloop (default, as kopf's CLI picks it) or asyncio's own",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     explain = commands.add_parser("explain", help="why is this pod pending? (asks a running usher)")
     explain.add_argument("pod", metavar="NAMESPACE/POD")
@@ -191,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for ignored in options.config.ignored:
             logger.info("configuration: %s", ignored)
         try:
-            asyncio.run(run(options))
+            with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
+                runner.run(run(options))
         except CredentialsError as exc:
             print(f"usher: {exc}", file=sys.stderr)
             return 2

@@ -366,6 +366,7 @@ def freeze_synced_heap() -> None:
 
 async def run(options: RunOptions) -> None:
     tune_garbage_collection()
+    logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.partition(".")[0])
     connection = await connect(options.kubeconfig)
     logger.info("connecting to %s (%s)", connection.async_config.host, connection.source)
     metrics = Metrics()

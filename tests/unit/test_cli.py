@@ -134,3 +134,19 @@ def test_the_config_files_kubeconfig_and_metrics_address_are_defaults_for_the_fl
     tmp_path: Path, config: str, flags: tuple[str, ...], expected: tuple[str | None, str]
 ) -> None:
     assert options(tmp_path, config, *flags) == expected
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_usher_runs_on_the_event_loop_it_is_told(loop: str) -> None:
+    result = usher("--kubeconfig", "/nonexistent/kubeconfig", "--event-loop", loop)
+    # Logged from inside the running loop, by its type: the loop usher really ran on.
+    assert f" INFO usher.app: event loop: {loop}" in result.stderr
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (
+        2,
+        "usher: --kubeconfig /nonexistent/kubeconfig: no such file",
+    )
+
+
+def test_uvloop_is_the_default_event_loop() -> None:
+    result = usher("--kubeconfig", "/nonexistent/kubeconfig")
+    assert " INFO usher.app: event loop: uvloop" in result.stderr
