@@ -28,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bench import perfconfig, report
 from bench.contenders import Contender, by_key
@@ -130,6 +130,60 @@ async def clean_after_stop(stopping: asyncio.Task[None] | None, workdir: Path, k
     if stopping is not None:
         await asyncio.wait([stopping])
     await asyncio.to_thread(shutil.rmtree, workdir / "etcd" if keep else workdir, True)
+
+
+class PlaneRun(Protocol):
+    """One run on a control plane of its own (``Run``, ``upstream.UpstreamRun``), as `overlapped` drives it."""
+
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def stopping(self) -> asyncio.Task[None] | None:
+        """The plane's shutdown, once ``execute`` has returned."""
+        ...
+
+    def start_plane(self) -> ControlPlane: ...
+
+    async def execute(
+        self, plane_task: asyncio.Future[ControlPlane] | None = None, settle: Sequence[asyncio.Future[Any]] = ()
+    ) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=PlaneRun)
+
+
+async def overlapped(
+    order: Sequence[R], *, keep: bool, prestart: bool = False
+) -> AsyncIterator[tuple[R, dict[str, Any]]]:
+    """Execute the runs in turn, yielding each with its result; control planes start and stop outside measured
+    phases.
+
+    The next run's plane starts (once this run's is up, `start_after`) and the previous run's stops while a run
+    sets up; its first measured phase waits for both (`settled`). With ``prestart`` (smoke runs) the next plane
+    starts at once and nothing waits for other planes. A run's work directory is removed once its plane has
+    stopped, unless ``keep`` or the run failed (then ``result["workdir"]`` names it).
+    """
+    upcoming: asyncio.Future[ControlPlane] | None = None
+    cleanups: list[asyncio.Task[None]] = []
+    for i, run in enumerate(order):
+        plane = upcoming or asyncio.ensure_future(asyncio.to_thread(run.start_plane))
+        settle: list[asyncio.Future[Any]] = [] if prestart else list(cleanups[-1:])
+        upcoming = None
+        if i + 1 < len(order):
+            start_next = order[i + 1].start_plane
+            upcoming = asyncio.ensure_future(
+                asyncio.to_thread(start_next) if prestart else start_after(plane, start_next)
+            )
+            if not prestart:
+                settle.append(upcoming)
+        result = await run.execute(plane, settle)
+        kept = keep or result["status"] != "ok"
+        if kept:
+            result["workdir"] = str(run.workdir)
+        cleanups.append(asyncio.create_task(clean_after_stop(run.stopping, run.workdir, kept)))
+        yield run, result
+    await asyncio.gather(*cleanups)
 
 
 def phase_timeout(pods: int) -> float:
@@ -526,24 +580,8 @@ async def run_workload(
         Run(workload, by_contender[key], base / workload.name / f"{key}-{repetition}", profile_dir, repetition)
         for key, repetition in run_order(list(by_contender), repetitions, fewer)
     ]
-    upcoming: asyncio.Future[ControlPlane] | None = None
-    cleanups: list[asyncio.Task[None]] = []
-    for i, run in enumerate(order):
-        plane = upcoming or asyncio.ensure_future(asyncio.to_thread(run.start_plane))
-        # The previous run's plane stops and the next run's starts during this run's setup; its first measured
-        # phase waits for both (``settled``).
-        settle: list[asyncio.Future[Any]] = list(cleanups[-1:])
-        upcoming = None
-        if i + 1 < len(order):
-            upcoming = asyncio.ensure_future(start_after(plane, order[i + 1].start_plane))
-            settle.append(upcoming)
-        result = await run.execute(plane, settle)
-        keep_all = keep or result["status"] != "ok"
-        if keep_all:
-            result["workdir"] = str(run.workdir)
-        cleanups.append(asyncio.create_task(clean_after_stop(run.stopping, run.workdir, keep_all)))
+    async for run, result in overlapped(order, keep=keep):
         runs[run.contender.key].append(result)
-    await asyncio.gather(*cleanups)
     return {
         "workload": {
             "name": workload.name,

@@ -59,13 +59,12 @@ from bench.runner import (
     APISERVER_ARGS,
     KCM_ARGS,
     STOP_GRACE_SECONDS,
-    clean_after_stop,
     component_pids,
     machine,
+    overlapped,
     phase_timeout,
     run_header,
     settled,
-    start_after,
 )
 from e2e.controlplane import ControlPlane, start
 
@@ -537,34 +536,12 @@ async def run_selection(
         )
         order.append(UpstreamRun(plan, contender, workdir, repetition, options.timeout, profile))
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
-    upcoming: asyncio.Future[ControlPlane] | None = None
-    cleanups: list[asyncio.Task[None]] = []
-    stopping: asyncio.Task[None] | None = None
-    for i, run in enumerate(order):
-        plane, upcoming = upcoming, None
-        if plane is None:
-            plane = asyncio.ensure_future(asyncio.to_thread(run.start_plane))
-        # Nothing measured overlaps another plane's start or stop: the first metrics collection waits for the
-        # previous run's plane to have stopped and the next run's to have started (both run meanwhile, during
-        # this run's setup ops: about 3 s a run saved). Smoke runs start the next plane and measure at once.
-        settle: list[asyncio.Future[Any]] = [] if options.prestart or stopping is None else [stopping]
-        if i + 1 < len(order):
-            start_next = order[i + 1].start_plane
-            upcoming = asyncio.ensure_future(
-                asyncio.to_thread(start_next) if options.prestart else start_after(plane, start_next)
-            )
-            if not options.prestart:
-                settle.append(upcoming)
-        result = await run.execute(plane, settle)
-        keep = options.keep or result["status"] != "ok"
-        if keep:
-            result["workdir"] = str(run.workdir)
-        cleanups.append(asyncio.create_task(clean_after_stop(run.stopping, run.workdir, keep)))
-        stopping = cleanups[-1]
+    # Nothing measured overlaps another plane's start or stop (about 3 s a run saved, `overlapped`); smoke runs
+    # start the next plane and measure at once.
+    async for run, result in overlapped(order, keep=options.keep, prestart=options.prestart):
         runs[run.contender.key].append(result)
         if on_run is not None:
             on_run(result)
-    await asyncio.gather(*cleanups)
     document["runs"] = runs
     document["summary"] = {key: summarize(r) for key, r in runs.items()}
     return document

@@ -7,6 +7,7 @@ never downloaded. Expected values are copied from the files at that version.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 from pathlib import Path
@@ -593,6 +594,60 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
     assert run_order(["usher"], 2, {"limit": 1}) == [("usher", 0), ("usher", 1)]
     twice = run_order(["a", "b", "c"], 3, {"b": 2, "c": 1})
     assert [k for k, _ in twice] == ["a", "b", "c", "b", "a", "a"]
+
+
+class _PlaneRun:
+    """A run whose control plane is a name: what `bench.runner.overlapped` does around it is logged."""
+
+    def __init__(self, name: str, base: Path, log: list[tuple[str, str]], status: str = "ok") -> None:
+        self.name, self.log, self.status = name, log, status
+        self.workdir = base / name
+        (self.workdir / "etcd").mkdir(parents=True)
+        self.stopping: asyncio.Task[None] | None = None
+        self.waited: list[str | None] = []
+
+    def start_plane(self) -> Any:  # in a thread, as the real one
+        self.log.append(("starting", self.name))
+        self.log.append(("up", self.name))
+        return self.name
+
+    async def execute(self, plane_task: Any = None, settle: Any = ()) -> dict[str, Any]:
+        assert await plane_task == self.name
+        if settle:
+            await asyncio.wait(settle)
+        self.waited = [future.result() for future in settle]  # a plane's name: its start; None: a stop
+        self.log.append(("measuring", self.name))
+
+        async def stop() -> None:
+            self.log.append(("stopped", self.name))
+
+        self.stopping = asyncio.create_task(stop())
+        return {"status": self.status}
+
+
+@pytest.mark.parametrize("prestart", [False, True], ids=["measured", "smoke (prestart)"])
+async def test_planes_start_one_at_a_time_and_outside_measured_phases(tmp_path: Path, prestart: bool) -> None:
+    from bench.runner import overlapped
+
+    log: list[tuple[str, str]] = []
+    order = [_PlaneRun("a", tmp_path, log), _PlaneRun("b", tmp_path, log, "error"), _PlaneRun("c", tmp_path, log)]
+    seen = [(run.name, result) async for run, result in overlapped(order, keep=False, prestart=prestart)]
+    assert seen == [
+        ("a", {"status": "ok"}),
+        ("b", {"status": "error", "workdir": str(tmp_path / "b")}),
+        ("c", {"status": "ok"}),
+    ]
+    starts = [event for event in log if event[0] in ("starting", "up")]
+    assert starts == [(e, n) for n in "abc" for e in ("starting", "up")]  # one plane starting at a time
+    # Measured runs wait for the previous plane's stop (and clean-up) and the next one's start; smoke runs do not.
+    if prestart:
+        assert [run.waited for run in order] == [[], [], []]
+    else:
+        assert [run.waited for run in order] == [["b"], [None, "c"], [None]]
+        assert log.index(("stopped", "a")) < log.index(("measuring", "b"))
+    # A failed run's directory is kept (without etcd's data); the others are removed once stopped.
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["b"]
+    assert not (tmp_path / "b" / "etcd").exists()
 
 
 def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
