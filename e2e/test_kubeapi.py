@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from e2e.controlplane import ControlPlane
+from usher.__main__ import EVENT_LOOPS, loop_factory
 from usher.adapters.connecting import connect
 from usher.adapters.kubeapi import KubeApi
 
@@ -27,7 +28,13 @@ pytestmark = pytest.mark.e2e
 T = TypeVar("T")
 
 
-def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitable[T]]) -> T:
+@pytest.fixture(params=EVENT_LOOPS)
+def event_loop_name(request: pytest.FixtureRequest) -> str:
+    """The client runs on either loop ``usher run --event-loop`` offers (their TLS transports differ)."""
+    return str(request.param)
+
+
+def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitable[T]], loop: str = "asyncio") -> T:
     async def run() -> T:
         connection = await connect(str(control_plane.kubeconfig))
         api = KubeApi(connection.async_config)
@@ -36,14 +43,17 @@ def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitabl
         finally:
             await api.close()
 
-    return asyncio.run(run())
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        return runner.run(run())
 
 
 def config_map(name: str, size: int = 10) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"blob": "x" * size}}
 
 
-def test_calls_one_after_another_share_one_kept_alive_connection(control_plane: ControlPlane, namespace: str) -> None:
+def test_calls_one_after_another_share_one_kept_alive_connection(
+    control_plane: ControlPlane, namespace: str, event_loop_name: str
+) -> None:
     async def scenario(api: KubeApi) -> tuple[list[int], int | None]:
         statuses = []
         for i in range(20):
@@ -51,12 +61,12 @@ def test_calls_one_after_another_share_one_kept_alive_connection(control_plane: 
             statuses.append(created.status)
         return statuses, api.connections_made
 
-    statuses, connections = with_api(control_plane, scenario)
+    statuses, connections = with_api(control_plane, scenario, event_loop_name)
     assert statuses == [201] * 20
     assert connections == 1
 
 
-def test_a_chunked_list_is_read_whole(control_plane: ControlPlane, namespace: str) -> None:
+def test_a_chunked_list_is_read_whole(control_plane: ControlPlane, namespace: str, event_loop_name: str) -> None:
     async def scenario(api: KubeApi) -> tuple[str | None, list[str]]:
         for i in range(40):
             created = await api.request(
@@ -68,12 +78,14 @@ def test_a_chunked_list_is_read_whole(control_plane: ControlPlane, namespace: st
         names = sorted(item["metadata"]["name"] for item in listed.body["items"])
         return listed.headers.get("Transfer-Encoding"), [n for n in names if n.startswith("big")]
 
-    encoding, names = with_api(control_plane, scenario)
+    encoding, names = with_api(control_plane, scenario, event_loop_name)
     assert encoding == "chunked", "the API server streamed the list"
     assert names == [f"big{i:02d}" for i in range(40)]
 
 
-def test_an_error_answer_gives_its_status_message_and_headers(control_plane: ControlPlane, namespace: str) -> None:
+def test_an_error_answer_gives_its_status_message_and_headers(
+    control_plane: ControlPlane, namespace: str, event_loop_name: str
+) -> None:
     async def scenario(api: KubeApi) -> tuple[int, str, str | None, dict[str, object]]:
         missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
         patched = await api.request(
@@ -92,14 +104,16 @@ def test_an_error_answer_gives_its_status_message_and_headers(control_plane: Con
         assert created.status == 201 and patched.status == 404
         return missing.status, missing.message, missing.headers.get("Content-Type"), merged.body["data"]
 
-    status, message, content_type, data = with_api(control_plane, scenario)
+    status, message, content_type, data = with_api(control_plane, scenario, event_loop_name)
     assert status == 404
     assert message == 'pods "nobody" not found'
     assert content_type == "application/json"
     assert data == {"blob": "x" * 10, "a": "b"}
 
 
-def test_a_call_that_timed_out_leaves_no_connection_to_reuse(control_plane: ControlPlane, namespace: str) -> None:
+def test_a_call_that_timed_out_leaves_no_connection_to_reuse(
+    control_plane: ControlPlane, namespace: str, event_loop_name: str
+) -> None:
     async def scenario(api: KubeApi) -> tuple[bool, int, int | None]:
         await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
         before = api.connections_made
@@ -116,7 +130,7 @@ def test_a_call_that_timed_out_leaves_no_connection_to_reuse(control_plane: Cont
         assert before is not None
         return timed_out, after.status, (api.connections_made or 0) - before
 
-    timed_out, status, opened = with_api(control_plane, scenario)
+    timed_out, status, opened = with_api(control_plane, scenario, event_loop_name)
     assert timed_out
     assert status == 200
     assert opened == 1, "the timed-out connection was closed and a new one opened"

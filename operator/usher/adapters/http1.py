@@ -23,6 +23,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 IDLE_TIMEOUT = 60.0
 """Seconds an idle connection is kept: below kube-apiserver's 90 s (its http.Server IdleTimeout), so the
@@ -188,8 +189,9 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport: asyncio's are ``asyncio.Transport``s; uvloop's TLS one has the same methods without
+        # being a subclass.
+        self._transport = cast(asyncio.Transport, transport)
 
     def exchange(self, request: bytes, *, no_body: bool) -> asyncio.Future[Response]:
         assert self._transport is not None and self._answer is None
