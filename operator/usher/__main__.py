@@ -24,8 +24,8 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop ``usher run`` runs on; None: asyncio's default.
 
     uvloop (libuv under asyncio's API) is what kopf's own CLI runs on when installed. Every watch event,
-    task switch, timer and socket write of usher goes through the loop, and on two cores shared with the
-    API server the loop's own cost is scheduling throughput (bench/NOTES.md has the measurement).
+    task switch, timer and socket write of usher goes through the loop; on uvloop an API call costs usher
+    a few percent less CPU, and end to end the difference is within the benchmark's noise (bench/NOTES.md).
     """
     if name == "asyncio":
         return None
