@@ -328,6 +328,22 @@ def test_component_failure_reports_its_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+def test_an_usher_that_never_gets_ready_is_not_left_running(tmp_path: Path) -> None:
+    from e2e.usher_process import UsherProcess
+
+    kubeconfig = tmp_path / "kubeconfig"  # a documentation-only address (RFC 5737): usher can never sync
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: c, cluster: {server: "https://192.0.2.1:6443", insecure-skip-tls-verify: true}}]\n'
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    usher = UsherProcess(kubeconfig=kubeconfig, scheduler_name="usher", log_path=tmp_path / "usher.log")
+    with pytest.raises(WaitTimeoutError, match="usher /readyz"):
+        usher.start(ready_timeout=3)
+    assert usher.process is not None and usher.process.poll() is not None, "usher was left running"
+
+
 def test_cli_up_prints_kubeconfig_and_stops_on_sigint(tmp_path: Path) -> None:
     workdir = tmp_path / "cli"
     proc = subprocess.Popen(

@@ -45,7 +45,9 @@ class UsherProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, *, wait_ready: bool = True) -> UsherProcess:
+    def start(self, *, wait_ready: bool = True, ready_timeout: float = 60) -> UsherProcess:
+        """Start usher; with ``wait_ready``, wait for /readyz. An usher that never gets ready is killed before
+        the error is raised: the caller never saw the process to stop it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         env = dict(os.environ, PYTHONPATH=str(REPO / "operator"), PYTHONUNBUFFERED="1", **self.env)
@@ -70,7 +72,11 @@ class UsherProcess:
         )
         log.close()
         if wait_ready:
-            wait_for(self._ready, 60, f"usher /readyz (log: {self.log_path})")
+            try:
+                wait_for(self._ready, ready_timeout, f"usher /readyz (log: {self.log_path})")
+            except BaseException:
+                self.kill()
+                raise
         return self
 
     def _ready(self) -> bool:
