@@ -327,7 +327,6 @@ def test_component_failure_reports_its_log(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "bad" / "etcd")
 
 
-@pytest.mark.e2e
 def test_an_usher_that_never_gets_ready_is_not_left_running(tmp_path: Path) -> None:
     from e2e.usher_process import UsherProcess
 
@@ -344,6 +343,7 @@ def test_an_usher_that_never_gets_ready_is_not_left_running(tmp_path: Path) -> N
     assert usher.process is not None and usher.process.poll() is not None, "usher was left running"
 
 
+@pytest.mark.e2e
 def test_cli_up_prints_kubeconfig_and_stops_on_sigint(tmp_path: Path) -> None:
     workdir = tmp_path / "cli"
     proc = subprocess.Popen(

@@ -34,7 +34,7 @@ def event_loop_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitable[T]], loop: str = "asyncio") -> T:
+def with_api(control_plane: ControlPlane, scenario: Callable[[KubeApi], Awaitable[T]], loop: str) -> T:
     async def run() -> T:
         connection = await connect(str(control_plane.kubeconfig))
         api = KubeApi(connection.async_config)
