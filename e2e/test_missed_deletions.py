@@ -3,7 +3,7 @@
 kopf misses a deletion only when its watch expires (410 Gone) while the object
 is deleted, which a test cannot provoke on demand without rewriting the watch
 stream. So the watch is played by the test: it hands the real objects to the
-sink through `Holdings.deliver` (the function kopf's handlers call), deletes
+sink through `Holdings.deliver` (the function the watch streams call), deletes
 some of them through the API with no watch running, and lets the reconciler's
 real metadata-only, paginated LISTs find them. What the sink does with a
 DELETED is the same as for kopf's own (unit-tested in tests/unit).
@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
 import kubernetes.client
 import pytest
 
@@ -76,9 +75,7 @@ def test_objects_deleted_while_nothing_watched_are_delivered_deleted_and_the_oth
         connection = await connect(str(control_plane.kubeconfig))
         api = KubeApi(connection.async_config)
         try:
-            reconciler = watching.register(
-                kopf.OperatorRegistry(), sink, reconcile=settings, recorder=metrics
-            ).reconciler
+            reconciler = watching.register(sink, reconcile=settings, recorder=metrics).reconciler
             paths = [f"/api/v1/namespaces/{namespace}/pods/{name}" for name in ("kept", "gone-1", "gone-2")]
             for path in paths:  # what kopf would have delivered
                 reconciler.holdings.deliver("pods", "MODIFIED", (await api.request("GET", path)).body)

@@ -4,7 +4,8 @@
             -> discover the optional APIs (PodGroups and Workloads: gang support)
             -> build_scheduler: cache, DRA state, frameworks, queue, reporters,
                scheduling, pod-group and binding cycles, watch sink, loop
-    tasks: kopf operator (watches), initial sync (LISTs), then missed-deletion reconciliation (LISTs),
+    tasks: kopf operator (login), watch streams (kopf's), initial sync (LISTs), then missed-deletion
+           reconciliation (LISTs),
            leader election, scheduling loop, HTTP server (/metrics, /healthz, /readyz)
 
 Only this module (and ``__main__``) creates adapters; every run-time piece in
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import kopf
+from kopf._cogs.structs.credentials import Vault
 
 from usher.adapters import watching
 from usher.adapters.binding import DispatcherBinder
@@ -425,7 +427,8 @@ async def run(options: RunOptions) -> None:
     def login(**_: object) -> kopf.ConnectionInfo:
         return kopf_connection_info(connection.sync_config)
 
-    watches = watching.register(registry, scheduler.events, optional=served, recorder=metrics)
+    watches = watching.register(scheduler.events, optional=served, recorder=metrics)
+    vault = Vault()  # kopf's login fills it; the watch streams read their credentials from it
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -450,16 +453,18 @@ async def run(options: RunOptions) -> None:
             standalone=True,
             clusterwide=True,
             stop_flag=operator_stop,
+            vault=vault,
         ),
         name="kopf-operator",
     )
+    streams_task = asyncio.create_task(watches.streams.run(settings, vault), name="watch-streams")
     # Marks the scheduler synced once kopf has delivered everything usher's own LIST saw.
     lister = watching.api_lister(api)
     sync_task = asyncio.create_task(watches.sync.run(lister), name="initial-sync")
     reconcile_task: asyncio.Task[None] | None = None
     stop_task = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
-        watched: set[asyncio.Task[Any]] = {stop_task, loop_task, operator_task, sync_task}
+        watched: set[asyncio.Task[Any]] = {stop_task, loop_task, operator_task, streams_task, sync_task}
         while True:
             done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             # The initial sync ends once synced: only its failure (a bug) stops usher.
@@ -478,6 +483,7 @@ async def run(options: RunOptions) -> None:
         if not operator_stop.done():
             operator_stop.set_result(None)
         loop_task.cancel()
+        streams_task.cancel()
         sync_task.cancel()
         if reconcile_task is not None:
             reconcile_task.cancel()

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
 import pytest
 
 from tests.builders import make_pod_group
@@ -110,12 +109,11 @@ class Sink:
 def test_only_the_served_kinds_are_watched_listed_and_reconciled_at_their_version(
     optional: tuple[watching.Kind, ...], extra: list[str]
 ) -> None:
-    registry = kopf.OperatorRegistry()
     sink = Sink()
-    watches = watching.register(registry, sink, optional=optional)  # type: ignore[arg-type]
-    selectors = [h.selector for h in registry._watching.get_all_handlers()]
-    assert len(selectors) == len(watching.KINDS) + len(extra)
-    assert [(s.group, s.version, s.any_name) for s in selectors[len(watching.KINDS) :]] == [
+    watches = watching.register(sink, optional=optional)  # type: ignore[arg-type]
+    streamed = watches.streams.kinds
+    assert len(streamed) == len(watching.KINDS) + len(extra)
+    assert [(group, watching.version(group, plural), plural) for group, plural in streamed[len(watching.KINDS) :]] == [
         ("scheduling.k8s.io", "v1beta1", plural) for plural in extra
     ]
     assert sorted(watches.reconciler.holdings.objects) == sorted([*(p for _, p in watching.KINDS), *extra])

@@ -3,7 +3,7 @@
 A held object is declared gone only when two LISTs lack it and nothing about it
 was delivered since the first was sent. The LISTs are scripted; a script step can
 deliver a watch event while a LIST is in flight, as kopf would. Deliveries go
-through `Holdings.deliver`, the function kopf's handlers call. The reconciler's
+through `Holdings.deliver`, the function the watch streams call. The reconciler's
 sleeps are injected: they record how long it meant to wait and return at once
 (a scripted step can deliver an event meanwhile), so no test waits for time.
 """
@@ -16,7 +16,6 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-import kopf
 import pytest
 
 from tests.builders import make_node, make_pod
@@ -125,9 +124,7 @@ def setup(
     sleeps: Sleeps | None = None,
 ) -> tuple[Sink, watching.Reconciler, Recorder]:
     sink, recorder = Sink(), Recorder()
-    watches = watching.register(
-        kopf.OperatorRegistry(), sink, reconcile=settings, recorder=recorder, sleep=sleeps or Sleeps()
-    )
+    watches = watching.register(sink, reconcile=settings, recorder=recorder, sleep=sleeps or Sleeps())
     return sink, watches.reconciler, recorder
 
 
@@ -241,7 +238,7 @@ async def test_the_second_list_waits_confirm_after_seconds_for_the_watch_to_catc
     assert recorder.missed == []
 
 
-# -- every kind, through kopf's own handler -----------------------------------------
+# -- every kind, through the watch stream's handler ----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -258,15 +255,12 @@ async def test_the_second_list_waits_confirm_after_seconds_for_the_watch_to_catc
         ),
     ],
 )
-async def test_what_kopf_s_handler_delivered_and_then_vanished_reaches_the_sink_as_deleted(
+async def test_what_the_watch_stream_delivered_and_then_vanished_reaches_the_sink_as_deleted(
     group: str, plural: str, obj: dict[str, Any]
 ) -> None:
     sink, recorder = Sink(), Recorder()
-    registry = kopf.OperatorRegistry()
-    watches = watching.register(registry, sink, recorder=recorder, sleep=Sleeps())
-    (handler,) = (h for h in registry._watching.get_all_handlers() if h.id == f"{plural}_event")
-    on_event: Any = handler.fn  # kopf's handler as kopf calls it, with only the kwarg it reads
-    await on_event(event={"type": "ADDED", "object": obj})
+    watches = watching.register(sink, recorder=recorder, sleep=Sleeps())
+    watches.streams.handle(plural, {"type": "ADDED", "object": obj})  # as the kind's stream hands it on
     lister = ScriptedLister({})
 
     assert await watches.reconciler.round(lister) == 1

@@ -1,34 +1,30 @@
-"""The kopf layer delivers every watch event once, marks the cache synced only after the listings, writes nothing.
+"""usher's watches deliver every event once and in order, mark the cache synced only after the listings, never stall.
 
-These tests drive kopf's own watcher, workers and event processing in-process,
-with the API's watch streams replaced by scripted ones and usher's own LIST by a
-scripted lister: the handler selection and per-object ordering are kopf's, so
-they are tested as kopf runs them.
+These tests run usher's `Streams` over kopf's watch stream with the API's side
+replaced by scripted streams (kopf's ``infinite_watch``, which lists, watches and
+re-lists, is what a script stands in for) and usher's own LIST by a scripted
+lister.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import itertools
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import kopf
 import pytest
-from kopf._cogs.aiokits import aiotoggles
-from kopf._cogs.clients import patching
 from kopf._cogs.clients import watching as kopf_watching
 from kopf._cogs.structs import references
-from kopf._core.actions import execution, lifecycles
-from kopf._core.engines import indexing
-from kopf._core.reactor import inventory, processing, queueing
+from kopf._cogs.structs.credentials import Vault
 
 from tests.builders import make_node, make_pod
 from usher.adapters import watching
 
-PODS = references.Resource(group="", version="v1", plural="pods", namespaced=True, kind="Pod")
-NODES = references.Resource(group="", version="v1", plural="nodes", namespaced=False, kind="Node")
+PODS = "pods"
+NODES = "nodes"
 
 Event = dict[str, Any] | kopf_watching.Bookmark
 LISTED = kopf_watching.Bookmark.LISTED
@@ -51,10 +47,10 @@ class Sink:
 
     def _record(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         meta = raw["metadata"]
-        self.delivered.append((kind, event_type, meta["name"], meta.get("resourceVersion", "")))
+        self.delivered.append((kind, event_type, meta.get("name", ""), meta.get("resourceVersion", "")))
         self.fields.update(meta)
         self.changed.set()
-        if meta["name"] == "bad":
+        if meta.get("name") == "bad":
             raise RuntimeError("a bug on one object")
 
     def on_pod(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -78,6 +74,12 @@ class Sink:
     def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
         self._record(kind, event_type, raw)
 
+    def on_pod_group(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record("podgroup", event_type, raw)
+
+    def on_workload(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        self._record("workload", event_type, raw)
+
     def mark_synced(self) -> None:
         if self.delivered_when_synced is None:
             self.delivered_when_synced = list(self.delivered)
@@ -95,16 +97,6 @@ class Sink:
 
     def of(self, name: str) -> list[tuple[str | None, str]]:
         return [(event_type, rv) for _, event_type, n, rv in self.delivered if n == name]
-
-
-@pytest.fixture(autouse=True)
-def no_patching(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf must never write to a watched object: any PATCH fails the test."""
-
-    async def refuse(**kwargs: Any) -> None:
-        raise AssertionError(f"kopf patched an object: {kwargs.get('patch')!r}")
-
-    monkeypatch.setattr(patching, "patch_obj", refuse)
 
 
 Listed = Mapping[str, Sequence[Collection[str]]]
@@ -128,62 +120,28 @@ def uids(*objs: dict[str, Any]) -> list[str]:
     return [obj["metadata"]["uid"] for obj in objs]
 
 
-async def run_kopf(
+async def run_streams(
     sink: Sink,
-    streams: Mapping[references.Resource, AsyncIterator[Event]],
+    streams: Mapping[str, AsyncIterator[Event]],
     monkeypatch: pytest.MonkeyPatch,
     *,
     deliveries: int,
     listed: Listed | watching.Lister,
     recheck: float = 5.0,
 ) -> None:
-    """Run kopf's watchers over scripted streams, as ``kopf.operator`` wires them, and the initial sync."""
-    registry = kopf.OperatorRegistry()
-    sync = watching.register(
-        registry, sink, settings=watching.SyncSettings(recheck=recheck, max_recheck=recheck, retry=0.001)
-    ).sync
+    """Run usher's watch streams over scripted kopf streams (per plural), and the initial sync, until ``deliveries``."""
+    watches = watching.register(sink, settings=watching.SyncSettings(recheck=recheck, max_recheck=recheck, retry=0.001))
     settings = kopf.OperatorSettings()
     watching.configure(settings)
-    settings.queueing.exit_timeout = 0.1
 
     def scripted(*, resource: references.Resource, **_: Any) -> AsyncIterator[Event]:
-        return streams[resource]
+        return streams.get(resource.plural) or script([])
 
     monkeypatch.setattr(kopf_watching, "infinite_watch", scripted)
-    indexers = indexing.OperatorIndexers()
-    indexers.ensure(registry._indexing.get_all_handlers())
-    event_queue: asyncio.Queue[Any] = asyncio.Queue()
-    processor = functools.partial(
-        processing.process_resource_event,
-        lifecycle=lifecycles.get_default_lifecycle(),
-        registry=registry,
-        settings=settings,
-        indexers=indexers,
-        memories=inventory.ResourceMemories(),
-        memobase=kopf.Memo(),
-        event_queue=event_queue,
-    )
-    operator_indexed = aiotoggles.ToggleSet(all)
-    blocker = await operator_indexed.make_toggle(name="orchestration blocker")
     tasks = [
-        asyncio.create_task(
-            queueing.watcher(
-                namespace=None,
-                settings=settings,
-                resource=resource,
-                processor=functools.partial(processor, resource=resource),
-                operator_indexed=operator_indexed,
-                resource_indexed=(
-                    await operator_indexed.make_toggle(name=resource.plural)
-                    if registry._indexing.has_handlers(resource=resource)
-                    else None
-                ),
-            )
-        )
-        for resource in streams
+        asyncio.create_task(watches.streams.run(settings, Vault())),
+        asyncio.create_task(watches.sync.run(listed if callable(listed) else lister(listed))),
     ]
-    await operator_indexed.drop_toggle(blocker)
-    tasks.append(asyncio.create_task(sync.run(listed if callable(listed) else lister(listed))))
     try:
         await sink.until(deliveries)
     finally:
@@ -192,7 +150,6 @@ async def run_kopf(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    assert event_queue.empty(), "kopf posted k8s Events"
 
 
 async def script(events: Sequence[Event], *, after: asyncio.Event | None = None) -> AsyncIterator[Event]:
@@ -226,7 +183,9 @@ async def test_the_cache_is_synced_only_after_every_listed_object_of_every_kind_
     # The nodes' listing arrives only once both pods are delivered: the sync must wait for it.
     streams = {PODS: script(listing(p1, p2)), NODES: script(listing(n1, n2), after=pods_delivered)}
 
-    await run_kopf(sink, streams, monkeypatch, deliveries=4, listed={"pods": [uids(p1, p2)], "nodes": [uids(n1, n2)]})
+    await run_streams(
+        sink, streams, monkeypatch, deliveries=4, listed={"pods": [uids(p1, p2)], "nodes": [uids(n1, n2)]}
+    )
 
     assert sink.delivered_when_synced is not None
     assert sorted(name for _, _, name, _ in sink.delivered_when_synced) == ["n1", "n2", "p1", "p2"]
@@ -247,7 +206,7 @@ async def test_objects_kopf_delivers_before_usher_s_list_is_in_count_as_delivere
             sink.changed.clear()
         return uids(p1, p2)
 
-    await run_kopf(sink, {PODS: script(listing(p1, p2))}, monkeypatch, deliveries=2, listed=slow_list)
+    await run_streams(sink, {PODS: script(listing(p1, p2))}, monkeypatch, deliveries=2, listed=slow_list)
 
     assert sink.delivered_when_synced is not None
     assert sorted(name for _, _, name, _ in sink.delivered_when_synced) == ["p1", "p2"]
@@ -256,7 +215,7 @@ async def test_objects_kopf_delivers_before_usher_s_list_is_in_count_as_delivere
 async def test_an_empty_cluster_is_synced_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     sink = Sink()
 
-    await run_kopf(sink, {PODS: script(listing())}, monkeypatch, deliveries=0, listed={})
+    await run_streams(sink, {PODS: script(listing())}, monkeypatch, deliveries=0, listed={})
 
     assert sink.delivered_when_synced == []
 
@@ -270,7 +229,7 @@ async def test_an_object_usher_listed_but_deleted_before_kopf_listed_is_dropped_
     calls: list[str] = []
     listed = lister({"pods": [uids(kept, gone), uids(kept)]}, calls)
 
-    await run_kopf(sink, {PODS: script(listing(kept))}, monkeypatch, deliveries=1, listed=listed, recheck=0.01)
+    await run_streams(sink, {PODS: script(listing(kept))}, monkeypatch, deliveries=1, listed=listed, recheck=0.01)
 
     assert sink.delivered_when_synced is not None
     assert [name for _, _, name, _ in sink.delivered_when_synced] == ["kept"]
@@ -298,7 +257,7 @@ async def test_usher_s_list_is_retried_until_it_answers(monkeypatch: pytest.Monk
             raise answer
         return answer  # type: ignore[no-any-return]
 
-    await run_kopf(sink, {PODS: script(listing(pod))}, monkeypatch, deliveries=1, listed=flaky)
+    await run_streams(sink, {PODS: script(listing(pod))}, monkeypatch, deliveries=1, listed=flaky)
 
     assert sink.delivered_when_synced is not None
     assert not remaining
@@ -316,7 +275,7 @@ async def test_every_event_is_delivered_once_in_order_deletions_included(monkeyp
         {"type": "DELETED", "object": version(p2.obj(), 6)},
     ]
 
-    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=6, listed={"pods": [uids(p1.obj())]})
+    await run_streams(sink, {PODS: script(pods)}, monkeypatch, deliveries=6, listed={"pods": [uids(p1.obj())]})
 
     assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2"), ("DELETED", "4")]
     assert sink.of("p2") == [("MODIFIED", "3"), ("MODIFIED", "5"), ("DELETED", "6")]
@@ -334,7 +293,7 @@ async def test_objects_arrive_without_managed_fields_as_kube_scheduler_trims_the
     updated = version(make_pod().name("p").obj(), 3)
     updated["metadata"]["managedFields"] = managed
 
-    await run_kopf(
+    await run_streams(
         sink,
         {PODS: script([*listing(pod), {"type": "MODIFIED", "object": updated}]), NODES: script(listing(node))},
         monkeypatch,
@@ -359,7 +318,7 @@ async def test_a_failure_on_one_object_stops_neither_it_nor_the_others_nor_the_s
         {"type": "DELETED", "object": version(bad.obj(), 5)},
     ]
 
-    await run_kopf(
+    await run_streams(
         sink, {PODS: script(pods)}, monkeypatch, deliveries=5, listed={"pods": [uids(bad.obj(), good.obj())]}
     )
 
@@ -368,24 +327,122 @@ async def test_a_failure_on_one_object_stops_neither_it_nor_the_others_nor_the_s
     assert sink.delivered_when_synced is not None
 
 
-async def test_kopf_invokes_one_handler_per_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's per-handler machinery is most of its per-event cost: one handler per kind serves every event."""
-    invoked: list[str] = []
-    original = execution.invoke_handler
-
-    async def counting(*, handler: Any, **kwargs: Any) -> Any:
-        invoked.append(handler.id)
-        return await original(handler=handler, **kwargs)
-
-    monkeypatch.setattr(execution, "invoke_handler", counting)
+async def test_bookmarks_kopf_s_and_the_api_server_s_are_not_delivered(monkeypatch: pytest.MonkeyPatch) -> None:
     sink = Sink()
     p1 = make_pod().name("p1")
-    pods = [*listing(version(p1.obj(), 1)), *({"type": "MODIFIED", "object": version(p1.obj(), rv)} for rv in (2, 3))]
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}}}
+    pods = [*listing(version(p1.obj(), 1)), bookmark, {"type": "MODIFIED", "object": version(p1.obj(), 8)}]
 
-    await run_kopf(sink, {PODS: script(pods)}, monkeypatch, deliveries=3, listed={"pods": [uids(p1.obj())]})
+    await run_streams(sink, {PODS: script(pods)}, monkeypatch, deliveries=2, listed={"pods": [uids(p1.obj())]})
 
-    assert invoked == ["pods_event", "pods_event", "pods_event"]
-    assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2"), ("MODIFIED", "3")]
+    assert sink.delivered == [("pod", "MODIFIED", "p1", "1"), ("pod", "MODIFIED", "p1", "8")]
+
+
+async def test_every_kind_is_streamed_with_its_group_version_and_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    streamed: dict[str, references.Resource] = {}
+    kinds = (*watching.KINDS, *watching.WORKLOAD_KINDS)
+    all_streamed = asyncio.Event()
+
+    def recording(*, resource: references.Resource, namespace: Any, **_: Any) -> AsyncIterator[Event]:
+        assert namespace is None, "usher watches cluster-wide"
+        streamed[resource.plural] = resource
+        if len(streamed) == len(kinds):
+            all_streamed.set()
+        return script([])
+
+    monkeypatch.setattr(kopf_watching, "infinite_watch", recording)
+    watches = watching.register(Sink(), optional=watching.WORKLOAD_KINDS)
+    task = asyncio.create_task(watches.streams.run(kopf.OperatorSettings(), Vault()))
+    try:
+        await asyncio.wait_for(all_streamed.wait(), timeout=10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    assert {(r.group, r.version, r.plural) for r in streamed.values()} == {
+        (group, watching.version(group, plural), plural) for group, plural in kinds
+    }
+    assert streamed["pods"].get_url(namespace=None) == "/api/v1/pods"
+    assert streamed["podgroups"].get_url(namespace=None) == "/apis/scheduling.k8s.io/v1beta1/podgroups"
+    assert {plural for plural, r in streamed.items() if not r.namespaced} == {
+        "nodes", "namespaces", "persistentvolumes", "storageclasses", "csinodes", "csidrivers", "resourceslices",
+        "deviceclasses",
+    }  # fmt: skip
+
+
+async def test_a_failed_stream_is_started_again_after_a_backoff_and_its_new_listing_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's stream gives up on some API errors (a 5xx after its retries): the kind must not stay unwatched."""
+    p1, p2 = make_pod().name("p1"), make_pod().name("p2")
+    attempts: list[str] = []
+
+    async def failing_once(*, resource: references.Resource, **_: Any) -> AsyncIterator[Event]:
+        attempts.append(resource.plural)
+        if resource.plural != "pods":
+            await asyncio.Event().wait()
+        if attempts.count("pods") == 1:
+            yield {"type": None, "object": version(p1.obj(), 1)}
+            raise RuntimeError("APIServerError: 503 after retries")
+        async for event in script(listing(version(p1.obj(), 2), version(p2.obj(), 3))):
+            yield event
+
+    monkeypatch.setattr(kopf_watching, "infinite_watch", failing_once)
+    sink = Sink()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    sync = watching.InitialSync(sink, [("", "pods")])
+    holdings = watching.Holdings({"pods": sink.on_pod})
+    streams = watching.Streams(sync, holdings, [("", "pods")], retry=0.5, sleep=sleep)
+    task = asyncio.create_task(streams.run(kopf.OperatorSettings(), Vault()))
+    try:
+        async with asyncio.timeout(10):
+            while len(sink.delivered) < 3:
+                sink.changed.clear()
+                await sink.changed.wait()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    assert attempts == ["pods", "pods"]
+    assert waits == [0.5]
+    assert sink.of("p1") == [("MODIFIED", "1"), ("MODIFIED", "2")]
+    assert sink.of("p2") == [("MODIFIED", "3")]
+    assert holdings.objects["pods"].keys() == {("default", "p1"), ("default", "p2")}
+
+
+async def test_a_burst_of_events_yields_the_event_loop_after_each_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk of buffered events is read without awaiting anything: the scheduling loop must still get turns."""
+    turns = 0
+    turns_at_delivery: list[int] = []
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    sink = Sink()
+    original = sink.on_pod
+
+    def on_pod(event_type: str | None, raw: Mapping[str, Any]) -> None:
+        turns_at_delivery.append(turns)
+        original(event_type, raw)
+
+    sink.on_pod = on_pod  # type: ignore[method-assign]
+    pods = [make_pod().name(f"p{i}").obj() for i in range(50)]
+    ticker = asyncio.create_task(other_task())
+    try:
+        await run_streams(sink, {PODS: script(listing(*pods))}, monkeypatch, deliveries=50, listed={})
+    finally:
+        ticker.cancel()
+
+    assert all(b > a for a, b in itertools.pairwise(turns_at_delivery)), turns_at_delivery
 
 
 async def _event_loop_callbacks_until_synced(monkeypatch: pytest.MonkeyPatch, count: int) -> int:
@@ -401,7 +458,7 @@ async def _event_loop_callbacks_until_synced(monkeypatch: pytest.MonkeyPatch, co
     pods = [make_pod().name(f"p{i}").obj() for i in range(count)]
     with monkeypatch.context() as patched:
         patched.setattr(asyncio.events.Handle, "_run", counting)
-        await run_kopf(
+        await run_streams(
             Sink(), {PODS: script(listing(*pods))}, monkeypatch, deliveries=count, listed={"pods": [uids(*pods)]}
         )
     return callbacks
@@ -416,18 +473,3 @@ async def test_the_work_until_synced_grows_linearly_with_the_listed_objects(monk
     large = await _event_loop_callbacks_until_synced(monkeypatch, 2000)
 
     assert large <= 4.5 * small, f"{small} callbacks for 500 objects, {large} for 2000"
-
-
-def test_usher_registers_only_event_handlers_so_kopf_has_no_barrier_no_diff_base_nor_progress() -> None:
-    """`configure` drops kopf's diff base and progress storage: only state handlers would need them.
-
-    Index handlers would make kopf hold every object of the initial listing at a quadratic barrier.
-    """
-    registry = kopf.OperatorRegistry()
-    watching.register(registry, Sink())
-
-    assert not registry._indexing.get_all_handlers()
-    assert not registry._changing.get_all_handlers()
-    assert not registry._spawning.get_all_handlers()
-    assert not registry._webhooks.get_all_handlers()
-    assert len(registry._watching.get_all_handlers()) == len(watching.KINDS) == 14

@@ -1,4 +1,4 @@
-"""kopf handlers that feed watch events of Pods, Nodes, Namespaces and DRA objects into the scheduler.
+"""kopf's watch streams, feeding the events of Pods, Nodes, Namespaces, DRA and other objects into the scheduler.
 
 Namespaces are watched only for their labels (InterPodAffinity's namespaceSelector).
 
@@ -8,10 +8,21 @@ API server at start-up which of them it serves, and only those are watched
 (``register(..., optional=...)``). Without PodGroups usher runs without gang
 support, which the composition root logs once.
 
-Only ``@kopf.on.event`` handlers are used, one per kind, so kopf writes nothing
-to the watched objects (no finalizers, no annotations, no status) and invokes
-one handler per event: every event, the initial listing's included, is handed
-to the sink once, in order per object.
+Each kind is read from kopf's watch stream (`Streams`): kopf lists the kind,
+watches it from the listing, reconnects and re-lists after a 410, with kopf's
+login and settings. usher registers no kopf handler for a watched kind, so kopf
+writes nothing to the watched objects (no finalizers, no annotations, no
+status, no Events), and every event, the listing's included, is handed to the
+sink once, in the stream's order: an object's events in order, and a name's
+old object before the new one created under it.
+
+kopf's per-object handler pipeline (one worker task per object; per event:
+causes, three loggers, a throttler, the handler's keyword arguments built as
+views of the body) is not used: it cost about 80 us of CPU per event here, as
+much as all the rest of usher's handling of a pod's event, for work that only
+state handlers need. The stream, its `Resource` and the `Vault` come from
+kopf's ``_cogs`` modules, which kopf does not promise to keep: pyproject pins
+kopf to 1.45.x, and every e2e test runs usher's watches against a real API server.
 
 Knowing when the cache is synced is usher's own job (`InitialSync`): usher
 takes its own paginated LIST of every kind at start and marks the sink synced
@@ -39,6 +50,10 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import kopf
+from kopf._cogs.clients import auth as kopf_auth
+from kopf._cogs.clients import watching as kopf_streams
+from kopf._cogs.structs.credentials import Vault
+from kopf._cogs.structs.references import Resource
 
 from usher.adapters.kubeapi import KubeApi
 
@@ -95,74 +110,11 @@ Deliver = Callable[[str, Mapping[str, Any]], None]
 """Hands one object to the sink: ``("MODIFIED" | "DELETED", raw object)``."""
 
 
-WORKER_IDLE_TIMEOUT = 60.0
-"""Seconds kopf keeps an object's worker after its last event (kopf's default: 5).
-
-kopf hands each object's events to a worker task of its own and starts one for
-an object that has none, yielding the event loop once per start: while usher
-schedules, the watch then takes in about one such event per loop turn. A pod's
-next event often comes later than 5 s (its gates removed, its node's kubelet
-reporting it running); with a minute, the event finds its worker. The cost is
-about 7 KiB per object with an event in the last minute.
-"""
-
-
 def configure(settings: kopf.OperatorSettings) -> None:
-    """Make kopf a read-only watch layer, and drop the per-event work only state handlers need.
-
-    usher registers only event handlers (see `register`): kopf then never
-    writes to the watched objects, and its diff-base and progress storages are never
-    written either. kopf still builds a diff-base essence and clears it of progress
-    fields on every event (a deep copy of the whole object, then one of its essence per
-    default progress storage: the largest share of its per-event cost), so both
-    storages are replaced by ones that keep nothing.
-    """
+    """Make kopf a read-only watch layer: no Events of its own, no discovery, long watch requests."""
     settings.posting.enabled = False  # kopf must write nothing, not even Events of its own
     settings.scanning.disabled = True  # no CRD/namespace discovery: the kinds are fixed
     settings.watching.server_timeout = 300
-    settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
-    settings.persistence.diffbase_storage = _NoDiffBase()
-    settings.persistence.progress_storage = _NoProgress()
-
-
-class _NoDiffBase(kopf.DiffBaseStorage):
-    """A diff base for operators without state handlers (on.create/update/delete/resume).
-
-    Only those handlers read the diff or store the base; for the others kopf computes
-    it and throws it away. An empty essence makes that computation free.
-    """
-
-    def build(self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        pass
-
-
-class _NoProgress(kopf.ProgressStorage):
-    """Handler progress for operators whose handlers are never retried across events.
-
-    Event handlers keep no progress in the object; kopf only asks this
-    storage to clear progress fields from the diff-base essence, which it copies deeply.
-    """
-
-    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
-        return None
-
-    def store(self, *, key: kopf.HandlerId, record: kopf.ProgressRecord, body: kopf.Body, patch: kopf.Patch) -> None:
-        pass
-
-    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
-        pass
-
-    def touch(self, *, body: kopf.Body, patch: kopf.Patch, value: str | None) -> None:
-        pass
-
-    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
-        return essence
 
 
 Kind = tuple[str, str]
@@ -193,6 +145,19 @@ KINDS: tuple[Kind, ...] = (
     ("policy", "poddisruptionbudgets"),
     *(("resource.k8s.io", plural) for plural in DRA_RESOURCES),
     *VOLUME_RESOURCES,
+)
+
+CLUSTER_SCOPED: frozenset[Kind] = frozenset(
+    {
+        ("", "nodes"),
+        ("", "namespaces"),
+        ("", "persistentvolumes"),
+        ("storage.k8s.io", "storageclasses"),
+        ("storage.k8s.io", "csinodes"),
+        ("storage.k8s.io", "csidrivers"),
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "deviceclasses"),
+    }
 )
 
 
@@ -229,6 +194,8 @@ class ReconcileSettings:
 class Watches:
     """What `register` returns: the tasks the composition root runs next to kopf."""
 
+    streams: Streams
+    """Must run (`Streams.run`, beside kopf): the watches themselves."""
     sync: InitialSync
     """Must run (`InitialSync.run`) for the sink ever to be marked synced."""
     reconciler: Reconciler
@@ -236,7 +203,6 @@ class Watches:
 
 
 def register(
-    registry: kopf.OperatorRegistry,
     sink: WatchSink,
     *,
     optional: Collection[Kind] = (),
@@ -245,7 +211,7 @@ def register(
     recorder: DeletionRecorder | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Watches:
-    """Register the handlers of one scheduler into a kopf registry.
+    """Wire the watches of one scheduler to its sink.
 
     ``optional``: the kinds of ``WORKLOAD_KINDS`` the API server serves (`discover`), watched too.
     ``sleep`` is how the reconciler waits (between rounds, before its confirming LIST): injected by tests.
@@ -272,21 +238,74 @@ def register(
     if WORKLOADS in kinds:
         deliveries["workloads"] = sink.on_workload
     holdings = Holdings({plural: deliveries.get(plural) or dra(plural) for _, plural in kinds})
-    for group, plural in kinds:
-        _watch(registry, sync, holdings, group, plural)
-    return Watches(sync, Reconciler(holdings, kinds, settings=reconcile, recorder=recorder, sleep=sleep))
+    return Watches(
+        Streams(sync, holdings, kinds),
+        sync,
+        Reconciler(holdings, kinds, settings=reconcile, recorder=recorder, sleep=sleep),
+    )
 
 
-def _watch(registry: kopf.OperatorRegistry, sync: InitialSync, holdings: Holdings, group: str, plural: str) -> None:
-    deliver = holdings.deliver
+class Streams:
+    """Reads each watched kind's events from kopf's watch stream and hands them to the sink, in order.
 
-    @kopf.on.event(group, version(group, plural), plural, registry=registry, id=f"{plural}_event")
-    async def on_event(event: kopf.RawEvent, **_: Any) -> None:
+    kopf's stream (``infinite_watch``) lists the kind, then watches it from the listing's resourceVersion,
+    reconnecting on timeouts and disconnects and listing again after a 410. Its per-object worker pipeline
+    (causes, loggers, throttling, handler invocation: about 80 us of CPU per event here, most of
+    usher's watch cost) is not used: usher's handlers need the raw event only.
+
+    A stream that fails (an API error kopf gives up on after its retries) is logged and started again,
+    ``retry`` seconds later, doubling to ``max_retry``: a kind is never left unwatched. Its new listing
+    re-delivers every object; deletions during the gap are `Reconciler`'s.
+    """
+
+    def __init__(
+        self,
+        sync: InitialSync,
+        holdings: Holdings,
+        kinds: Iterable[Kind],
+        *,
+        retry: float = 1.0,
+        max_retry: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._sync = sync
+        self._holdings = holdings
+        self.kinds = tuple(kinds)
+        """The kinds streamed, one stream each."""
+        self._retry = retry
+        self._max_retry = max_retry
+        self._sleep = sleep
+
+    async def run(self, settings: kopf.OperatorSettings, vault: Vault) -> None:
+        """Stream every kind until cancelled, authenticated by kopf's ``vault`` (filled by kopf's login)."""
+        kopf_auth.vault_var.set(vault)  # this task's context: kopf's API calls read their credentials here
+        async with asyncio.TaskGroup() as group:
+            for kind in self.kinds:
+                group.create_task(self._stream(settings, *kind), name=f"watch-{kind[1]}")
+
+    async def _stream(self, settings: kopf.OperatorSettings, group: str, plural: str) -> None:
+        resource = Resource(group, version(group, plural), plural, namespaced=(group, plural) not in CLUSTER_SCOPED)
+        delay = self._retry
+        while True:
+            try:
+                async for event in kopf_streams.infinite_watch(settings=settings, resource=resource, namespace=None):
+                    self.handle(plural, event)
+                    delay = self._retry
+                    await asyncio.sleep(0)  # one event per turn of the loop, as kopf's workers took them
+            except Exception as error:
+                logger.warning("watching %s failed (restarting in %.0f s): %s", plural, delay, error)
+            await self._sleep(delay)
+            delay = min(delay * 2, self._max_retry)
+
+    def handle(self, plural: str, event: Any) -> None:
+        """One item of kopf's stream: an object's event goes to the sink, bookmarks (kopf's or the server's) do not."""
+        if isinstance(event, kopf_streams.Bookmark) or event["type"] == "BOOKMARK":
+            return
         raw = event["object"]  # the parsed JSON itself: no copy, no view
         _trim(raw)
-        deliver(plural, "DELETED" if event["type"] == "DELETED" else "MODIFIED", raw)
-        if not sync.synced:
-            sync.delivered(plural, raw)
+        self._holdings.deliver(plural, "DELETED" if event["type"] == "DELETED" else "MODIFIED", raw)
+        if not self._sync.synced:
+            self._sync.delivered(plural, raw)
 
 
 def _trim(raw: Mapping[str, Any]) -> None:
