@@ -136,6 +136,24 @@ def test_a_call_that_timed_out_leaves_no_connection_to_reuse(
     assert opened == 1, "the timed-out connection was closed and a new one opened"
 
 
+def test_warmed_connections_carry_a_burst_without_opening_more(
+    control_plane: ControlPlane, namespace: str, event_loop_name: str
+) -> None:
+    async def scenario(api: KubeApi) -> tuple[int, int | None, int, list[int], int | None]:
+        opened = await api.warm(8)
+        after_warming = api.connections_made
+        again = await api.warm(8)  # eight are open already
+        burst = await asyncio.gather(
+            *(api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map(f"w{i}")) for i in range(8))
+        )
+        return opened, after_warming, again, [r.status for r in burst], api.connections_made
+
+    opened, after_warming, again, statuses, after_burst = with_api(control_plane, scenario, event_loop_name)
+    assert (opened, after_warming, again) == (8, 8, 0)
+    assert statuses == [201] * 8
+    assert after_burst == 8, "the eight calls in flight at once found the warmed connections"
+
+
 class ConnectProxy:
     """An HTTP CONNECT proxy on loopback (as a corporate egress proxy is): each tunnel's target is recorded,
     then bytes are piped both ways untouched (TLS runs end to end, through it)."""
@@ -191,11 +209,12 @@ PROXY_VARIABLES = ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PR
 
 def calls_through_a_proxy(
     kubeconfig_for: Callable[[ConnectProxy], Path], namespace: str
-) -> tuple[tuple[int, int, str], int | None, list[str]]:
+) -> tuple[tuple[int, int, str, int], int | None, list[str]]:
     """With a CONNECT proxy running, KubeApi from the kubeconfig ``kubeconfig_for(proxy)`` gives makes three
-    calls (a create, a 404, a read): their answers, usher's own connections, and the proxy's tunnels."""
+    calls (a create, a 404, a read) and asks for four warm connections: the answers (and how many were
+    opened), usher's own connections, and the proxy's tunnels."""
 
-    async def run() -> tuple[tuple[int, int, str], int | None, list[str]]:
+    async def run() -> tuple[tuple[int, int, str, int], int | None, list[str]]:
         async with ConnectProxy() as proxy:
             connection = await connect(str(kubeconfig_for(proxy)))
             api = KubeApi(connection.async_config)
@@ -203,7 +222,8 @@ def calls_through_a_proxy(
                 created = await api.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map("proxied"))
                 missing = await api.request("GET", f"/api/v1/namespaces/{namespace}/pods/nobody")
                 read = await api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/proxied")
-                answers = (created.status, missing.status, read.body["data"]["blob"])
+                warmed = await api.warm(4)  # nothing: the Kubernetes client keeps its own connections
+                answers = (created.status, missing.status, read.body["data"]["blob"], warmed)
                 return answers, api.connections_made, proxy.tunnels
             finally:
                 await api.close()
@@ -223,7 +243,7 @@ def test_with_https_proxy_set_calls_go_through_the_proxy(
         return control_plane.kubeconfig
 
     answers, own_connections, tunnels = calls_through_a_proxy(proxy_in_environment, namespace)
-    assert answers == (201, 404, "x" * 10)
+    assert answers == (201, 404, "x" * 10, 0)
     assert own_connections is None, "usher's own client stands aside"
     assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}
 
@@ -242,6 +262,6 @@ def test_a_kubeconfig_proxy_url_sends_the_calls_through_the_proxy(
         return kubeconfig
 
     answers, own_connections, tunnels = calls_through_a_proxy(proxy_url_in_kubeconfig, namespace)
-    assert answers == (201, 404, "x" * 10)
+    assert answers == (201, 404, "x" * 10, 0)
     assert own_connections is None, "usher's own client stands aside"
     assert tunnels and set(tunnels) == {control_plane.server.removeprefix("https://")}

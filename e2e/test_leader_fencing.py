@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +106,7 @@ def test_a_leader_whose_lease_calls_stall_stops_binding_before_the_follower_take
         assert leader.metric("leader_election_master_status", name=scheduler) == 1
         assert follower.metric("leader_election_master_status", name=scheduler) == 0
         lease_calls = r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases"
+        stalled_from = time.monotonic()
         stalls = [leader_proxy.stall(method, lease_calls) for method in ("GET", "PUT")]
         # The stream goes on through the stall and the handover, until the follower has bound some itself.
         while len(bindings(follower_proxy)) < 20:
@@ -132,4 +134,10 @@ def test_a_leader_whose_lease_calls_stall_stops_binding_before_the_follower_take
         assert max(scheduled_events(core_api, namespace, scheduler).values()) == 1
         assert_no_node_overcommitted(core_api, nodes)
         assert "lost lease" in leader.log_path.read_text(), "the leader says why it stopped"
+        # Connections for a burst of writes are opened ahead of time by the leader only, each answering a
+        # GET /version first: a standby replica holds none until it takes over.
+        assert [e for e in leader_proxy.exchanges if e.path == "/version"], "the leader warmed its connections"
+        warmed = [e.arrived for e in follower_proxy.exchanges if e.path == "/version"]
+        assert warmed, "the new leader warmed its connections"
+        assert min(warmed) > stalled_from, "the follower opened no connections ahead of time while it followed"
         assert follower.process is not None and follower.process.poll() is None, "the follower keeps running"

@@ -355,6 +355,11 @@ class Dispatcher:
         return waiting.call if waiting is not None else None
 
     @property
+    def workers(self) -> int:
+        """Calls in flight at most: the connections a burst of calls uses."""
+        return self._workers_count
+
+    @property
     def idle(self) -> bool:
         return not self._waiting and self._ready.empty() and self._busy == 0
 

@@ -256,6 +256,7 @@ class HttpPool:
     ) -> None:
         self._host, self._port = host, port
         self._ssl, self._server_hostname = ssl_context, server_hostname
+        self._limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
@@ -270,20 +271,44 @@ class HttpPool:
         The caller bounds the call (``asyncio.timeout``): a connection left by a timeout or a cancellation
         is closed."""
         async with self._slots:
-            connection = self._reuse() or await self._connect()
-            try:
-                response = await connection.exchange(head + body, no_body=no_body)
-            except BaseException:  # a timeout, a cancellation or a failure: its state is unknown
-                connection.close()
-                self._open.discard(connection)
-                raise
-            if response.keep_alive and not connection.closed:
-                connection.idle_since = self._now()
-                self._idle.append(connection)
-            else:
-                connection.close()
-                self._open.discard(connection)
-            return response
+            return await self._exchange(self._reuse() or await self._connect(), head + body, no_body)
+
+    async def warm(self, count: int, head: bytes) -> int:
+        """Open connections until ``count`` are open (``limit`` at most), each used once for ``head`` (a
+        cheap GET without a body) and then kept idle; returns how many were opened and kept.
+
+        A burst of calls then finds its connections: each one opened on a call's own path costs a TLS
+        handshake of the loop's CPU (and the API server's) and a few loop turns of that call's latency. A
+        connection answers one request at once: the API server drops one that never sent a request after
+        32 s (its ReadHeaderTimeout), one that has after 90 s idle, past ``idle_timeout``. A connection
+        that fails is not retried: the calls open what they need."""
+        wanted = min(count, self._limit) - len(self._open)
+        if wanted <= 0:
+            return 0
+        kept = await asyncio.gather(*(self._warm_one(head) for _ in range(wanted)), return_exceptions=True)
+        return sum(1 for k in kept if k is True)
+
+    async def _warm_one(self, head: bytes) -> bool:
+        async with self._slots:
+            connection = await self._connect()
+            await self._exchange(connection, head, False)
+        return not connection.closed
+
+    async def _exchange(self, connection: _Connection, request: bytes, no_body: bool) -> Response:
+        """One request on ``connection``; afterwards it is kept idle (the answer allowing) or closed."""
+        try:
+            response = await connection.exchange(request, no_body=no_body)
+        except BaseException:  # a timeout, a cancellation or a failure: its state is unknown
+            connection.close()
+            self._open.discard(connection)
+            raise
+        if response.keep_alive and not connection.closed:
+            connection.idle_since = self._now()
+            self._idle.append(connection)
+        else:
+            connection.close()
+            self._open.discard(connection)
+        return response
 
     def _reuse(self) -> _Connection | None:
         stale_before = self._now() - self._idle_timeout

@@ -101,20 +101,7 @@ class KubeApi:
             status, headers, raw = await self._request_through_client(method, path, body, content_type, accept, seconds)
         else:
             payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-            lines = [
-                f"{method} {self._base}{path} HTTP/1.1",
-                f"Host: {self._host_header}",
-                "User-Agent: usher",
-                f"Accept: {accept}",
-            ]
-            token = await self._token()
-            if token:
-                lines.append(f"Authorization: {token}")
-            if body is not None:
-                lines.append(f"Content-Type: {content_type}")
-            if body is not None or method in ("POST", "PUT", "PATCH"):
-                lines.append(f"Content-Length: {len(payload)}")
-            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            head = await self._head(method, path, accept, content_type if body is not None else None, payload)
             async with asyncio.timeout(seconds):
                 response = await self._pool.request(head, payload, no_body=method == "HEAD")
             status, headers, raw = response.status, response.headers, response.body
@@ -125,6 +112,33 @@ class KubeApi:
         if not isinstance(data, dict):
             data = {"items": data}
         return ApiResult(status=status, body=data, headers=headers)
+
+    async def warm(self, count: int) -> int:
+        """Open connections until ``count`` are open, ahead of a burst of calls (see ``HttpPool.warm``): each
+        answers a ``GET /version`` first. Returns how many were opened; 0 through a proxy. Bounded by the
+        client's timeout (then TimeoutError); a connection that fails to open is left to the calls."""
+        if self._pool is None:
+            return 0
+        head = await self._head("GET", "/version", "application/json", None, b"")
+        async with asyncio.timeout(self._timeout):
+            return await self._pool.warm(count, head)
+
+    async def _head(self, method: str, path: str, accept: str, content_type: str | None, payload: bytes) -> bytes:
+        """A request's line and headers for usher's own client, the credentials current."""
+        lines = [
+            f"{method} {self._base}{path} HTTP/1.1",
+            f"Host: {self._host_header}",
+            "User-Agent: usher",
+            f"Accept: {accept}",
+        ]
+        token = await self._token()
+        if token:
+            lines.append(f"Authorization: {token}")
+        if content_type is not None:
+            lines.append(f"Content-Type: {content_type}")
+        if content_type is not None or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(payload)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     async def _token(self) -> str | None:
         """The Authorization value, as the Kubernetes client would send it now (its refresh hook run)."""
