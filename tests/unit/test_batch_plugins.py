@@ -116,6 +116,7 @@ def test_the_default_profile_filters_and_scores_in_batches() -> None:
         "PodTopologySpread",  # with constraints: tests/unit/plugins/test_podtopologyspread.py
         "VolumeBinding",  # with claims: tests/unit/plugins/test_volumebinding.py
         "NodeVolumeLimits",  # with claims: tests/unit/plugins/test_nodevolumelimits.py
+        "InterPodAffinity",  # with terms: tests/unit/plugins/test_interpodaffinity.py
     }
     assert {p.name for p in scorers} >= {
         "TaintToleration",

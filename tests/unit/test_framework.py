@@ -4,6 +4,7 @@ plugin bugs contained."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tests.builders import make_node, make_pod
@@ -89,6 +90,37 @@ def test_scores_are_normalised_per_plugin_then_weighted_and_summed() -> None:
     totals, status = fw.run_score(CycleState(), POD, nodes("n1", "n2"))
     assert status.ok
     assert totals == {"n1": 10 + 3 * 100, "n2": 20 + 3 * 20}
+
+
+@dataclass
+class KeptListNormalizedScoreBy(ScoreBy):
+    """Scores all nodes from a list it keeps between cycles, and normalises lists in place."""
+
+    kept: list[int] = field(default_factory=list)
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        self.kept = [self.scores[node.name] for node in nodes] if not self.kept else self.kept
+        return self.kept, Status()
+
+    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        raise AssertionError("the runtime rescales the list")
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
+        top = max(scores) or 1
+        scores[:] = [value * 100 // top for value in scores]
+        return Status()
+
+
+def test_a_list_normaliser_rescales_the_scores_but_not_the_list_a_batch_keeps() -> None:
+    norm = KeptListNormalizedScoreBy("Norm", {"n1": 5, "n2": 1})
+    fw = Framework("usher", PluginSet(queue_sort=PrioritySort(), score=[(norm, 3)]))  # type: ignore[list-item]
+    for _ in range(2):
+        totals, status = fw.run_score(CycleState(), POD, nodes("n1", "n2"))
+        assert status.ok
+        assert totals == {"n1": 3 * 100, "n2": 3 * 20}
+        assert norm.kept == [5, 1]
 
 
 def test_a_score_outside_0_to_100_is_an_error() -> None:

@@ -146,9 +146,10 @@ def filter_all(cluster: Cluster, incoming: dict[str, Any], **args: Any) -> dict[
         return {n.name: "fits" for n in infos}
     assert status.ok, status
     result: dict[str, str] = {}
-    for n in infos:
-        verdict = plugin.filter(state, info, n)
+    verdicts = [plugin.filter(state, info, n) for n in infos]
+    for n, verdict in zip(infos, verdicts, strict=True):
         result[n.name] = "fits" if verdict.ok else f"{verdict.code.name}: {verdict.message}"
+    assert plugin.filter_nodes(state, info, infos) == [None if v.ok else v for v in verdicts], "batch = per node"
     return result
 
 
@@ -361,6 +362,29 @@ FILTER_CASES = [
 @pytest.mark.parametrize(("cluster", "incoming", "expected"), FILTER_CASES)
 def test_filter(cluster: Cluster, incoming: dict[str, Any], expected: dict[str, str]) -> None:
     assert filter_all(cluster, incoming) == expected
+
+
+def test_pods_removed_in_a_dry_run_open_their_domains_again() -> None:
+    """Preemption's dry run removes victims (``remove_pod``): their counts drop to 0, and neither the per-node
+    nor the batch filter still keeps the pod out of their domains."""
+    web = pod("web", node="n1", labels={"app": "web"})
+    guard = pod("guard", node="n3", labels={"app": "guard"}, anti=[term(HOST, app="web")])
+    cluster = Cluster(pods=[web, guard])
+    plugin, infos = cluster.plugin(), cluster.node_infos()
+    incoming = PodInfo.from_api(pod("new", labels={"app": "web"}, anti=[term(ZONE, app="web")]))
+    state = CycleState()
+    assert plugin.pre_filter(state, incoming, infos)[1].ok
+
+    def verdicts() -> dict[str, str]:
+        one_by_one = [plugin.filter(state, incoming, n) for n in infos]
+        assert plugin.filter_nodes(state, incoming, infos) == [None if v.ok else v for v in one_by_one]
+        return {n.name: OK if v.ok else f"{v.code.name}: {v.message}" for n, v in zip(infos, one_by_one, strict=True)}
+
+    assert verdicts() == {"n1": ANTI, "n2": ANTI, "n3": EXISTING, "n4": OK}
+    on = {n.name: n for n in infos}
+    plugin.remove_pod(state, incoming, PodInfo.from_api(web), on["n1"])
+    plugin.remove_pod(state, incoming, PodInfo.from_api(guard), on["n3"])
+    assert verdicts() == {"n1": OK, "n2": OK, "n3": OK, "n4": OK}
 
 
 def test_pre_filter_skips_when_nothing_is_enforced() -> None:
@@ -861,6 +885,9 @@ def test_shares_kept_across_cycles_equal_a_fresh_walk_while_the_cluster_changes(
             assert kept_counts.affinity_counts == counted.affinity_counts, f"step {step}"
             assert kept_counts.anti_affinity_counts == counted.anti_affinity_counts, f"step {step}"
             assert kept_counts.existing_anti_affinity_counts == counted.existing_anti_affinity_counts
+            one_by_one = [plugin.filter(state, incoming, n) for n in nodes]
+            batch = plugin.filter_nodes(state, incoming, nodes)
+            assert batch == [None if v.ok else v for v in one_by_one], f"step {step}"
         else:
             assert kept_counts is None, f"step {step}"
         status = plugin.pre_score(state, incoming, nodes)

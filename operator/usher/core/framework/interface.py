@@ -252,6 +252,18 @@ class ScoreNormalizer(Plugin, Protocol):
 
 
 @runtime_checkable
+class BatchScoreNormalizer(ScoreNormalizer, Protocol):
+    """A NormalizeScore that rescales the scores as the runtime holds them: a list in the nodes' order."""
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
+        """``normalize_scores`` on ``scores`` (``names[i]``'s at ``i``) in place, without a dict built and read
+        back per plugin and pod (33 us at 500 nodes); must rescale exactly as ``normalize_scores``."""
+        ...
+
+
+@runtime_checkable
 class ReservePlugin(Plugin, Protocol):
     """Claims resources for the pod on the chosen node in usher's state; Unreserve gives them back."""
 

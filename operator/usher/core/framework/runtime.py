@@ -24,6 +24,7 @@ from usher.core.framework.interface import (
     MIN_NODE_SCORE,
     NODE_ONLY,
     BatchFilterPlugin,
+    BatchScoreNormalizer,
     BatchScorePlugin,
     BindPlugin,
     EnqueueExtensions,
@@ -172,7 +173,7 @@ class Framework:
             (
                 p,
                 w,
-                p.normalize_scores if isinstance(p, ScoreNormalizer) else None,
+                _list_normalizer(p),
                 p.score_nodes if isinstance(p, BatchScorePlugin) else None,
             )
             for p, w in plugins.score
@@ -430,12 +431,11 @@ class Framework:
                     status = status.with_plugin(plugin.name)
                     break
                 if normalize is not None:
-                    by_node = dict(zip(names, scores, strict=True))
-                    status = normalize(state, pod, by_node)
+                    scores = list(scores)  # a batch may hand out a list it keeps
+                    status = normalize(state, pod, names, scores)
                     if not status.ok:
                         status = status.with_plugin(plugin.name)
                         break
-                    scores = [by_node[name] for name in names]
                 if scores and (min(scores) < 0 or max(scores) > MAX_NODE_SCORE):
                     bad = next(i for i, v in enumerate(scores) if not 0 <= v <= MAX_NODE_SCORE)
                     status = error(
@@ -636,6 +636,27 @@ def _filter_batch(
         # None means "passes" only from a batch: a per-node filter must say so with a Status.
         checked.append(status if isinstance(status, Status) else error("filter returned no Status"))
     return checked
+
+
+ListNormalizer = Callable[[CycleState, PodInfo, Sequence[NodeName], list[int]], Status]
+
+
+def _list_normalizer(plugin: object) -> ListNormalizer | None:
+    """A Score plugin's NormalizeScore over the scores in the nodes' order, in place (None: it has none)."""
+    if isinstance(plugin, BatchScoreNormalizer):
+        return plugin.normalize_score_list
+    if not isinstance(plugin, ScoreNormalizer):
+        return None
+    by_mapping = plugin.normalize_scores
+
+    def normalize(state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]) -> Status:
+        by_node = dict(zip(names, scores, strict=True))
+        status = by_mapping(state, pod, by_node)
+        if status.ok:
+            scores[:] = [by_node[name] for name in names]
+        return status
+
+    return normalize
 
 
 def _score_batch(

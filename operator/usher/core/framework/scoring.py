@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
-from usher.core.framework.interface import MAX_NODE_SCORE
-from usher.core.types import NodeName
+from typing import TYPE_CHECKING
+
+from usher.core.framework.interface import MAX_NODE_SCORE, BatchScoreNormalizer
+from usher.core.types import NodeName, PodInfo, Status
+
+if TYPE_CHECKING:
+    from usher.core.framework.cycle_state import CycleState
 
 
-def default_normalize(scores: dict[NodeName, int], *, reverse: bool = False) -> None:
-    """kube-scheduler's DefaultNormalizeScore: scale to 0..100 by the highest score, optionally reversed.
+def default_normalize(scores: list[int], *, reverse: bool = False) -> None:
+    """kube-scheduler's DefaultNormalizeScore, in place: scale to 0..100 by the highest score, optionally
+    reversed.
 
     All zero: every node scores 0, or 100 when reversed (nothing to avoid anywhere).
     """
-    highest = max(scores.values(), default=0)
+    highest = max(scores, default=0)
     if highest == 0:
         if reverse:
-            for name in scores:
-                scores[name] = MAX_NODE_SCORE
+            scores[:] = [MAX_NODE_SCORE] * len(scores)
         return
-    for name, value in scores.items():
-        scaled = MAX_NODE_SCORE * value // highest
-        scores[name] = MAX_NODE_SCORE - scaled if reverse else scaled
+    if reverse:
+        scores[:] = [MAX_NODE_SCORE - MAX_NODE_SCORE * value // highest for value in scores]
+    else:
+        scores[:] = [MAX_NODE_SCORE * value // highest for value in scores]
+
+
+def normalize_mapping(
+    normalizer: BatchScoreNormalizer, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]
+) -> Status:
+    """``normalize_scores`` of a plugin that rescales lists (``normalize_score_list``): the same on a dict."""
+    names = list(scores)
+    values = list(scores.values())
+    status = normalizer.normalize_score_list(state, pod, names, values)
+    if status.ok:
+        scores.update(zip(names, values, strict=True))
+    return status

@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
+    BatchScoreNormalizer,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
-    ScoreNormalizer,
     ScorePlugin,
 )
 from usher.core.framework.names import INTER_POD_AFFINITY
+from usher.core.framework.scoring import normalize_mapping
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.interpodaffinity.filtering import (
     AFFINITY_RULES_NOT_MATCH,
@@ -45,6 +46,7 @@ from usher.core.plugins.interpodaffinity.filtering import (
     compute_state,
     existing_signature,
     filter_node,
+    filter_nodes,
 )
 from usher.core.plugins.interpodaffinity.filtering import signature as filter_signature
 from usher.core.plugins.interpodaffinity.hints import assigned_pod_changed, node_changed, own_labels_changed
@@ -156,6 +158,12 @@ class InterPodAffinity:
             return error(f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState')
         return filter_node(computed, node)
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+        computed = state.get(PRE_FILTER_STATE_KEY)
+        if not isinstance(computed, PreFilterState):
+            return [error(f'error reading "{PRE_FILTER_STATE_KEY}" from cycleState')] * len(nodes)
+        return filter_nodes(computed, nodes)
+
     # -- PreFilter extensions (preemption's dry runs, nominated pods) ------------
 
     def add_pod(self, state: CycleState, pod: PodInfo, added: PodInfo, node: NodeInfo) -> None:
@@ -208,6 +216,11 @@ class InterPodAffinity:
         return score_node(computed, node), SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        return normalize_mapping(self, state, pod, scores)
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
         computed = state.get(PRE_SCORE_STATE_KEY)
         if not isinstance(computed, PreScoreState):
             return error(f'failed to read "{PRE_SCORE_STATE_KEY}" from cycleState')
@@ -241,5 +254,5 @@ _check_pre_filter: type[PreFilterPlugin] = InterPodAffinity
 _check_filter: type[FilterPlugin] = InterPodAffinity
 _check_pre_score: type[PreScorePlugin] = InterPodAffinity
 _check_score: type[ScorePlugin] = InterPodAffinity
-_check_normalizer: type[ScoreNormalizer] = InterPodAffinity
+_check_normalizer: type[BatchScoreNormalizer] = InterPodAffinity
 _check_events: type[EnqueueExtensions] = InterPodAffinity

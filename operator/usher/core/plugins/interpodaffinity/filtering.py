@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from usher.core.cache import nodes_with_required_anti_affinity_pods
@@ -302,6 +303,38 @@ def violates_existing_anti_affinity(state: PreFilterState, labels: Mapping[str, 
 _AFFINITY_REJECTION = unschedulable(AFFINITY_RULES_NOT_MATCH, resolvable=False)
 _ANTI_AFFINITY_REJECTION = unschedulable(ANTI_AFFINITY_RULES_NOT_MATCH)
 _EXISTING_ANTI_AFFINITY_REJECTION = unschedulable(EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+
+
+def filter_nodes(state: PreFilterState, nodes: Sequence[NodeInfo]) -> list[Status | None]:
+    """``filter_node`` over ``nodes``, None for a node that passes. Without required affinity terms (the
+    common case: anti-affinity, of the pod or of the pods already placed) each node costs a label and a
+    count lookup per topology key, not three calls. Nothing is prepared per call: the runtime filters a
+    cycle's nodes in chunks."""
+    if state.terms.required_affinity:
+        return [None if status is SUCCESS else status for status in map(partial(filter_node, state), nodes)]
+    checks = [
+        (
+            state.anti_affinity_counts,
+            [term.topology_key for term in state.terms.required_anti_affinity],
+            _ANTI_AFFINITY_REJECTION,
+        ),
+        (state.existing_anti_affinity_counts, state.existing_anti_affinity_keys, _EXISTING_ANTI_AFFINITY_REJECTION),
+    ]
+    checks = [(counts, keys, rejection) for counts, keys, rejection in checks if counts and keys]
+    results: list[Status | None] = []
+    for node in nodes:
+        labels = node.labels
+        verdict: Status | None = None
+        for counts, keys, rejection in checks:
+            for key in keys:
+                value = labels.get(key)
+                if value is not None and counts.get((key, value), 0) > 0:
+                    verdict = rejection
+                    break
+            if verdict is not None:
+                break
+        results.append(verdict)
+    return results
 
 
 def filter_node(state: PreFilterState, node: NodeInfo) -> Status:

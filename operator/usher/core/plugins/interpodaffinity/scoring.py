@@ -28,7 +28,7 @@ from usher.core.cache import nodes_with_affinity_pods
 from usher.core.framework.interface import MAX_NODE_SCORE
 from usher.core.plugins.interpodaffinity.terms import NamespaceLabelsOf, PodTerms, TermsCache, terms_signature
 from usher.core.plugins.nodeshares import Entry, NodeShares, by_key, sum_entries
-from usher.core.types import NodeName, PodInfo
+from usher.core.types import PodInfo
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -149,12 +149,13 @@ def score_node(state: PreScoreState, node: NodeInfo) -> int:
     return total
 
 
-def normalize(state: PreScoreState, scores: dict[NodeName, int]) -> None:
+def normalize(state: PreScoreState, scores: list[int]) -> None:
     """[min, max] -> [0, 100] in place, truncating; all 0 when min == max."""
     if not state.topology_score or not scores:
         return
-    low = min(scores.values())
-    high = max(scores.values())
-    spread = high - low
-    for name, value in scores.items():
-        scores[name] = int(float(MAX_NODE_SCORE) * (float(value - low) / float(spread))) if spread > 0 else 0
+    low = min(scores)
+    spread = max(scores) - low
+    if spread > 0:
+        scores[:] = [int(float(MAX_NODE_SCORE) * (float(value - low) / float(spread))) for value in scores]
+    else:
+        scores[:] = [0] * len(scores)

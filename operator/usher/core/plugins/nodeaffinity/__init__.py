@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
+    BatchScoreNormalizer,
     EnqueueExtensions,
     FilterPlugin,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
-    ScoreNormalizer,
     ScorePlugin,
 )
 from usher.core.framework.names import NODE_AFFINITY
-from usher.core.framework.scoring import default_normalize
+from usher.core.framework.scoring import default_normalize, normalize_mapping
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.selectors import SelectorError, node_selector_term_matches
@@ -369,6 +369,11 @@ class NodeAffinity:
         return total, SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        return normalize_mapping(self, state, pod, scores)
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
         default_normalize(scores)
         return SUCCESS
 
@@ -405,5 +410,5 @@ _check_pre_filter: type[PreFilterPlugin] = NodeAffinity
 _check_filter: type[FilterPlugin] = NodeAffinity
 _check_pre_score: type[PreScorePlugin] = NodeAffinity
 _check_score: type[ScorePlugin] = NodeAffinity
-_check_normalizer: type[ScoreNormalizer] = NodeAffinity
+_check_normalizer: type[BatchScoreNormalizer] = NodeAffinity
 _check_events: type[EnqueueExtensions] = NodeAffinity

@@ -36,15 +36,16 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.interface import (
     BatchFilterPlugin,
+    BatchScoreNormalizer,
     BatchScorePlugin,
     EnqueueExtensions,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
-    ScoreNormalizer,
 )
 from usher.core.framework.names import POD_TOPOLOGY_SPREAD
+from usher.core.framework.scoring import normalize_mapping
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.nodeshares import ByKind, NodeShares
 from usher.core.plugins.podtopologyspread.args import (
@@ -203,10 +204,15 @@ class PodTopologySpread:
         return score_nodes(pre, nodes), SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        return normalize_mapping(self, state, pod, scores)
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         if pre is None:
             return error(f"reading {PRE_SCORE_STATE_KEY!r} from cycleState: not found")
-        normalize(pre, scores)
+        normalize(pre, names, scores)
         return SUCCESS
 
     # -- queueing hints ---------------------------------------------------------
@@ -296,5 +302,5 @@ _check_pre_filter: type[PreFilterPlugin] = PodTopologySpread
 _check_filter: type[BatchFilterPlugin] = PodTopologySpread
 _check_pre_score: type[PreScorePlugin] = PodTopologySpread
 _check_score: type[BatchScorePlugin] = PodTopologySpread
-_check_normalizer: type[ScoreNormalizer] = PodTopologySpread
+_check_normalizer: type[BatchScoreNormalizer] = PodTopologySpread
 _check_events: type[EnqueueExtensions] = PodTopologySpread

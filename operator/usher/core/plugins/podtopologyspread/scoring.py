@@ -191,14 +191,19 @@ def _host_counts(state: PreScoreState, node: NodeInfo) -> tuple[int, ...]:
     return kept[1]
 
 
-def normalize(state: PreScoreState, scores: dict[NodeName, int]) -> None:
-    counted = [score for name, score in scores.items() if name not in state.ignored]
+def normalize(state: PreScoreState, names: Sequence[NodeName], scores: list[int]) -> None:
+    """kube-scheduler's NormalizeScore, in place (``names[i]`` scored ``scores[i]``): fewer matching pods
+    score higher; the nodes PreScore left out (``ignored``) score 0."""
+    ignored = state.ignored
+    counted = [s for name, s in zip(names, scores, strict=True) if name not in ignored] if ignored else scores
     lowest = min(counted, default=0)
-    highest = max([0, *counted])
-    for name, score in scores.items():
-        if name in state.ignored:
-            scores[name] = 0
-        elif highest == 0:
-            scores[name] = MAX_NODE_SCORE
-        else:
-            scores[name] = MAX_NODE_SCORE * (highest + lowest - score) // highest
+    highest = max(0, *counted) if counted else 0
+    if highest == 0:
+        scores[:] = [MAX_NODE_SCORE] * len(scores)
+    else:
+        top = highest + lowest
+        scores[:] = [MAX_NODE_SCORE * (top - score) // highest for score in scores]
+    if ignored:
+        for i, name in enumerate(names):
+            if name in ignored:
+                scores[i] = 0

@@ -20,14 +20,14 @@ from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
+    BatchScoreNormalizer,
     BatchScorePlugin,
     EnqueueExtensions,
     Handle,
     PreScorePlugin,
-    ScoreNormalizer,
 )
 from usher.core.framework.names import TAINT_TOLERATION
-from usher.core.framework.scoring import default_normalize
+from usher.core.framework.scoring import default_normalize, normalize_mapping
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.selectors import tolerates, untolerated_taint
 from usher.core.types import SUCCESS, NodeName, PodInfo, QueueingHint, Status, unschedulable
@@ -139,6 +139,11 @@ class TaintToleration:
         return scores, SUCCESS
 
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        return normalize_mapping(self, state, pod, scores)
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
         default_normalize(scores, reverse=True)
         return SUCCESS
 
@@ -177,5 +182,5 @@ def new(args: Mapping[str, Any], handle: Handle) -> TaintToleration:
 _check_filter: type[BatchFilterPlugin] = TaintToleration
 _check_pre_score: type[PreScorePlugin] = TaintToleration
 _check_score: type[BatchScorePlugin] = TaintToleration
-_check_normalizer: type[ScoreNormalizer] = TaintToleration
+_check_normalizer: type[BatchScoreNormalizer] = TaintToleration
 _check_events: type[EnqueueExtensions] = TaintToleration
