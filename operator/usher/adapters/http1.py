@@ -278,9 +278,9 @@ class HttpPool:
         cheap GET without a body) and then kept idle; returns how many were opened and kept.
 
         A burst of calls then finds its connections: each one opened on a call's own path costs a TLS
-        handshake of the loop's CPU (and the API server's) and a few loop turns of that call's latency. A
-        connection answers one request at once: the API server drops one that never sent a request after
-        32 s (its ReadHeaderTimeout), one that has after 90 s idle, past ``idle_timeout``. A connection
+        handshake of the loop's CPU (and the API server's) and a few loop turns of that call's latency.
+        Each is used once because the API server drops a connection that never sent a request after 32 s
+        (its ReadHeaderTimeout), and one that has only after 90 s idle, past ``idle_timeout``. A connection
         that fails is not retried: the calls open what they need."""
         wanted = min(count, self._limit) - len(self._open)
         if wanted <= 0:
