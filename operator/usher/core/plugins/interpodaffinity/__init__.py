@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
+    BatchFilterPlugin,
     BatchScoreNormalizer,
     EnqueueExtensions,
-    FilterPlugin,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
@@ -251,7 +251,7 @@ def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:
 
 
 _check_pre_filter: type[PreFilterPlugin] = InterPodAffinity
-_check_filter: type[FilterPlugin] = InterPodAffinity
+_check_filter: type[BatchFilterPlugin] = InterPodAffinity
 _check_pre_score: type[PreScorePlugin] = InterPodAffinity
 _check_score: type[ScorePlugin] = InterPodAffinity
 _check_normalizer: type[BatchScoreNormalizer] = InterPodAffinity
