@@ -197,13 +197,10 @@ def normalize(state: PreScoreState, names: Sequence[NodeName], scores: list[int]
     ignored = state.ignored
     counted = [s for name, s in zip(names, scores, strict=True) if name not in ignored] if ignored else scores
     lowest = min(counted, default=0)
-    highest = max(0, *counted) if counted else 0
+    highest = max([0, *counted])
     if highest == 0:
-        scores[:] = [MAX_NODE_SCORE] * len(scores)
+        scaled = [MAX_NODE_SCORE] * len(scores)
     else:
         top = highest + lowest
-        scores[:] = [MAX_NODE_SCORE * (top - score) // highest for score in scores]
-    if ignored:
-        for i, name in enumerate(names):
-            if name in ignored:
-                scores[i] = 0
+        scaled = [MAX_NODE_SCORE * (top - score) // highest for score in scores]
+    scores[:] = [0 if name in ignored else v for name, v in zip(names, scaled, strict=True)] if ignored else scaled
