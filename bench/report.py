@@ -380,7 +380,8 @@ def upstream_rate(doc: dict[str, Any], key: str) -> tuple[float | None, str]:
     """A contender's median pods/s and which number it is.
 
     scheduler_perf's SchedulingThroughput average ("average") when every completed run had
-    at least one 1 s sample after the first; otherwise pods over the phase's seconds ("overall").
+    at least one 1 s sample after the first; otherwise pods over the seconds from the phase's start to
+    its last binding ("overall").
     """
     summary = doc.get("summary", {}).get(key)
     average = _stat(summary, "average")
@@ -562,8 +563,9 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
         + (" **Smoke-test sizes: the numbers mean nothing.**" if smoke else ""),
         "",
         "- pods/s: median over the runs (min-max) of scheduler_perf's SchedulingThroughput average (1 s samples "
-        "during the measured op, the first dropped); † marks pods / seconds of the phase where a run had no "
-        "sample left (a phase under about 2 s). usher/kube compares like with like.",
+        "during the measured op, the first dropped); † marks pods / seconds from the op's start to its last "
+        "pod's binding (as the harness's watch delivered it) where a run had no sample left (a phase under "
+        "about 2 s). usher/kube compares like with like.",
         "- CPU s/1000 pods: the scheduler's CPU seconds during the measured op per 1000 pods it scheduled "
         "(machine-independent); peak RSS: the scheduler's VmHWM over the whole run.",
         '- attempt p50 / p99: `scheduler_scheduling_attempt_duration_seconds{result="scheduled"}` observed during '

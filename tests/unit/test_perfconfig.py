@@ -17,7 +17,7 @@ import pytest
 
 from bench import gotemplate, perfconfig
 from bench.contenders import histogram, histogram_delta, histogram_quantile
-from bench.executor import ClusterPods, Executor, base_node, base_pod
+from bench.executor import ClusterPods, Executor, _Collector, base_node, base_pod
 from bench.gotemplate import TemplateError, format_float, render
 from bench.limit import ClusterLimitBinder
 from bench.measure import scheduling_throughput
@@ -483,6 +483,35 @@ def test_throughput_skips_until_the_first_pod_and_weights_skipped_ticks() -> Non
 def test_throughput_of_a_phase_too_short_to_sample_has_no_statistics() -> None:
     stats = scheduling_throughput([(1.0, 10)])
     assert stats == {"samples_used": 0, "rates": []}
+
+
+async def test_a_phase_s_overall_rate_ends_at_its_last_binding_not_when_the_wait_noticed_it() -> None:
+    now = [100.0]
+    pods = ClusterPods(api=None)  # type: ignore[arg-type]  # the collector only listens
+    collector = _Collector("m", ["ns"], {"app": "x"}, pods, clock=lambda: now[0])
+    collector.start()
+    for t, namespace, labels in ((100.2, "ns", {"app": "x"}), (100.4, "other", {"app": "x"}), (100.5, "ns", {})):
+        now[0] = t
+        for listener in pods.listeners:
+            listener(namespace, "p", labels)
+    now[0] = 100.4
+    for listener in pods.listeners:
+        listener("ns", "q", {"app": "x", "more": "y"})
+    now[0] = 100.6  # the op's wait re-checked 0.2 s later
+    phase = await collector.stop()
+    # Two pods counted (the other namespace and the unmatched selector are not), the last at 0.4 s.
+    assert (phase["scheduled"], phase["scheduling_s"], phase["elapsed_s"]) == (2, 0.4, 0.6)
+    assert phase["overall"] == pytest.approx(5.0)
+    assert pods.listeners == []
+
+
+async def test_a_phase_that_scheduled_nothing_rates_zero_over_its_whole_time() -> None:
+    now = [5.0]
+    collector = _Collector("m", ["ns"], None, ClusterPods(api=None), clock=lambda: now[0])  # type: ignore[arg-type]
+    collector.start()
+    now[0] = 7.0
+    phase = await collector.stop()
+    assert (phase["scheduled"], phase["scheduling_s"], phase["overall"]) == (0, 2.0, 0.0)
 
 
 METRICS_BEFORE = """# TYPE scheduler_scheduling_attempt_duration_seconds histogram
