@@ -477,21 +477,32 @@ def selections(options: Options) -> list[Selection]:
     return out
 
 
-def run_order(keys: Sequence[str], repetitions: int, fewer: Mapping[str, int]) -> list[tuple[str, int]]:
-    """(contender, repetition) in running order: round r runs the contenders rotated by r, so slow drift hits
-    each alike; a contender ``fewer`` names (the bind limit) runs in its first ``fewer[key]`` rounds only."""
+def run_order(
+    keys: Sequence[str], repetitions: int, fewer: Mapping[str, int], *, lead: int = 0
+) -> list[tuple[str, int]]:
+    """(contender, repetition) in running order: round r runs the contenders rotated by ``lead`` + r, so slow
+    drift hits each alike; a contender ``fewer`` names (the bind limit) runs in its first ``fewer[key]`` rounds
+    only. A workload's first run is the one whose control plane starts with nothing prestarted; the runner
+    passes each workload its position as ``lead``, so that first run is not always the same contender's."""
     order = []
     for repetition in range(repetitions):
-        for key in keys[repetition % len(keys) :] + keys[: repetition % len(keys)]:
+        turn = (lead + repetition) % len(keys)
+        for key in keys[turn:] + keys[:turn]:
             if repetition < fewer.get(key, repetitions):
                 order.append((key, repetition))
     return order
 
 
 async def run_selection(
-    selection: Selection, options: Options, base: Path, on_run: Callable[[dict[str, Any]], None] | None = None
+    selection: Selection,
+    options: Options,
+    base: Path,
+    on_run: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    lead: int = 0,
 ) -> dict[str, Any]:
-    """Every contender's runs of one test case, interleaved; returns its result document."""
+    """Every contender's runs of one test case, interleaved (``lead``: `run_order`'s); returns its result
+    document."""
     plan = setup(selection, smoke=options.smoke, force=bool(options.names))
     tc = plan.test_case
     document: dict[str, Any] = {
@@ -526,7 +537,7 @@ async def run_selection(
         return document
     keys = [k for k in CONTENDER_KEYS if k in options.contenders]
     order: list[UpstreamRun] = []
-    for key, repetition in run_order(keys, options.repetitions, {"limit": options.limit_repetitions}):
+    for key, repetition in run_order(keys, options.repetitions, {"limit": options.limit_repetitions}, lead=lead):
         contender = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}[key]
         workdir = base / tc.name / f"{key}-{repetition}"
         profile = (
@@ -562,8 +573,8 @@ async def run_all(options: Options, out: Path, base: Path) -> int:
     """Run every selected upstream test case; write ``out/<TestCase>.json`` each; returns the failed runs."""
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for selection in selections(options):
-        document = await run_selection(selection, options, base)
+    for position, selection in enumerate(selections(options)):
+        document = await run_selection(selection, options, base, lead=position)
         (out / result_name(selection.key)).write_text(json.dumps(document, indent=1) + "\n")
         failed += sum(1 for runs in document["runs"].values() for r in runs if r["status"] != "ok")
     return failed

@@ -625,6 +625,20 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
     assert [k for k, _ in twice] == ["a", "b", "c", "b", "a", "a"]
 
 
+def test_each_workload_s_first_run_goes_to_the_contender_its_position_names() -> None:
+    from bench.upstream import run_order
+
+    keys = ["usher", "kube-scheduler", "limit"]
+    assert run_order(keys, 3, {"limit": 1}, lead=1) == [
+        ("kube-scheduler", 0), ("limit", 0), ("usher", 0),
+        ("usher", 1), ("kube-scheduler", 1),
+        ("usher", 2), ("kube-scheduler", 2),
+    ]  # fmt: skip
+    firsts = [run_order(keys, 3, {"limit": 1}, lead=position)[0][0] for position in range(6)]
+    assert firsts == keys + keys
+    assert run_order(keys, 3, {"limit": 1}, lead=3) == run_order(keys, 3, {"limit": 1})
+
+
 class _PlaneRun:
     """A run whose control plane is a name: what `bench.runner.overlapped` does around it is logged."""
 
