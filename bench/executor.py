@@ -861,11 +861,12 @@ class Executor:
         phase = await collector.stop()
         phase.update(await self.hooks.stop())
         logger.info(
-            "metrics %s: %d pods scheduled in %.1f s (%.1f pods/s overall)",
+            "metrics %s: %d pods scheduled in %.2f s (%.1f pods/s overall; the op took %.2f s)",
             phase["name"] or "-",
             phase["scheduled"],
-            phase["elapsed_s"],
+            phase["scheduling_s"],
             phase["overall"],
+            phase["elapsed_s"],
         )
         self.phases.append(phase)
 
