@@ -645,11 +645,13 @@ def unroll(test_case: TestCase, workload: Workload) -> tuple[list[Op], Params]:
 
 @dataclass(frozen=True)
 class Size:
-    """What a workload creates: nodes, pods (a steady state counts its backlog) and seconds of steady state."""
+    """What a workload creates: nodes, pods (a steady state counts its backlog), seconds of steady state, and
+    the pods its measured ops (``collectMetrics``) create."""
 
     nodes: int
     pods: int
     steady_seconds: float
+    measured_pods: int = 0
 
 
 def size(test_case: TestCase, workload: Workload) -> Size:
@@ -658,7 +660,8 @@ def size(test_case: TestCase, workload: Workload) -> Size:
     pods = sum(op.count for op in ops if op.opcode == "createPods")
     steady = sum(float(op.get("duration") or 0) for op in ops if op.opcode == "createPods" and op.get("steadystate"))
     steady += sum(float(op.get("duration") or 0) for op in ops if op.opcode == "sleep")
-    return Size(nodes, pods, steady)
+    measured = sum(op.count for op in ops if op.opcode == "createPods" and op.get("collectMetrics"))
+    return Size(nodes, pods, steady, measured)
 
 
 def unsupported_ops(test_case: TestCase) -> list[str]:

@@ -540,6 +540,18 @@ def upstream_targets(docs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _repetitions_text(counts: list[int]) -> str:
+    """ "3 time(s)", or "3 time(s) (5 on 6 workload(s) ...)" when some workloads (the short ones) ran more."""
+    if not counts:
+        return "0 time(s)"
+    usual = min(counts)
+    more = sorted({c for c in counts if c != usual})
+    if not more:
+        return f"{usual} time(s)"
+    extra = ", ".join(f"{c} on {counts.count(c)} workload(s)" for c in more)
+    return f"{usual} time(s) ({extra}: those measuring so few pods that their phases are short)"
+
+
 def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
     if not docs:
         return []
@@ -548,7 +560,7 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
     for doc in docs:
         kind = doc["status"].split(":", 1)[0] if doc["status"] != "ok" else "run"
         counts[kind] = counts.get(kind, 0) + 1
-    repetitions = max((d.get("repetitions", 1) for d in ran), default=0)
+    repetitions = _repetitions_text([d.get("repetitions", 1) for d in ran])
     limit_repetitions = max((d.get("limit_repetitions", d.get("repetitions", 1)) for d in ran), default=0)
     smoke = any(d.get("smoke") for d in docs)
     return [
@@ -558,7 +570,7 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
         f"of the pinned Kubernetes module), executed unchanged by `bench/executor.py`; which workload of each test "
         f"case runs and why the others do not: [README.md](README.md#scheduler_perfs-workloads). "
         f"{len(docs)} test cases: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ". "
-        f"usher and kube-scheduler ran {repetitions} time(s) per workload, interleaved, the bind limit "
+        f"usher and kube-scheduler ran {repetitions} per workload, interleaved, the bind limit "
         f"{limit_repetitions} time(s), each run on a fresh control plane."
         + (" **Smoke-test sizes: the numbers mean nothing.**" if smoke else ""),
         "",

@@ -568,9 +568,10 @@ async def run_workload(
     *,
     repetitions: int = 1,
     limit_repetitions: int = 1,
+    lead: int = 0,
 ) -> dict[str, Any]:
-    """Every contender's runs of one workload, interleaved as scheduler_perf's are (``upstream.run_order``);
-    returns the workload's result document, ``runs`` holding each contender's runs in order."""
+    """Every contender's runs of one workload, interleaved as scheduler_perf's are (``upstream.run_order``,
+    ``lead`` its); returns the workload's result document, ``runs`` holding each contender's runs in order."""
     from bench.upstream import run_order
 
     fewer = {**HAND_FEWER, "limit": limit_repetitions}
@@ -578,7 +579,7 @@ async def run_workload(
     runs: dict[str, list[dict[str, Any]]] = {c.key: [] for c in contenders}
     order = [
         Run(workload, by_contender[key], base / workload.name / f"{key}-{repetition}", profile_dir, repetition)
-        for key, repetition in run_order(list(by_contender), repetitions, fewer)
+        for key, repetition in run_order(list(by_contender), repetitions, fewer, lead=lead)
     ]
     async for run, result in overlapped(order, keep=keep):
         runs[run.contender.key].append(result)
@@ -616,9 +617,12 @@ def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
     from bench import upstream
 
     keys = [k for k in args.contender or [] if k in upstream.CONTENDER_KEYS]
+    repetitions = args.repetitions if args.repetitions is not None else (1 if args.smoke else None)
     return upstream.Options(
         smoke=bool(args.smoke),
-        repetitions=args.repetitions if args.repetitions is not None else (1 if args.smoke else upstream.REPETITIONS),
+        # --repetitions (and smoke's one run) hold for every workload, short ones too.
+        repetitions=repetitions or upstream.REPETITIONS,
+        short_repetitions=repetitions or upstream.SHORT_REPETITIONS,
         limit_repetitions=(
             args.limit_repetitions if args.limit_repetitions is not None else upstream.LIMIT_REPETITIONS
         ),
@@ -658,7 +662,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.smoke:
             workloads = [w.scaled(nodes=SMOKE_NODES, pods=SMOKE_PODS) for w in workloads]
         contenders = by_key(hand_keys or None)
-        for workload in workloads:
+        for position, workload in enumerate(workloads):
             document = await run_workload(
                 workload,
                 contenders,
@@ -667,6 +671,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 args.keep,
                 repetitions=options.repetitions,
                 limit_repetitions=options.limit_repetitions,
+                lead=position,
             )
             document["smoke"] = bool(args.smoke)
             (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")

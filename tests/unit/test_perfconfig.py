@@ -625,6 +625,39 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
     assert [k for k, _ in twice] == ["a", "b", "c", "b", "a", "a"]
 
 
+@needs_module
+def test_workloads_measuring_few_pods_run_more_times_unless_the_repetitions_are_given() -> None:
+    from bench import upstream
+    from bench.runner import parse_args, upstream_options
+
+    chosen = {s.key: s for s in perfconfig.select(_all())}
+
+    def runs(key: str, options: upstream.Options) -> int:
+        selection = chosen[key]
+        assert selection.bench is not None
+        return upstream.repetitions_of(perfconfig.size(selection.test_case, selection.bench), options)
+
+    short = "SchedulingRequiredPodAntiAffinityWithNSSelector"
+    sizes = {key: perfconfig.size(chosen[key].test_case, chosen[key].bench) for key in (short, "SchedulingBasic")}
+    assert sizes[short].measured_pods == 100 and sizes["SchedulingBasic"].measured_pods == 1000
+    default = upstream_options(parse_args([]))
+    assert runs(short, default) == upstream.SHORT_REPETITIONS > runs("SchedulingBasic", default) == 3
+    # A steady state measures few pods over many seconds: not short.
+    steady = perfconfig.Size(nodes=10, pods=10, steady_seconds=10.0, measured_pods=10)
+    assert upstream.repetitions_of(steady, default) == 3
+    # --repetitions and the smoke test hold for every workload.
+    assert runs(short, upstream_options(parse_args(["--repetitions", "1"]))) == 1
+    assert runs(short, upstream_options(parse_args(["--smoke"]))) == 1
+    assert runs("SchedulingBasic", upstream_options(parse_args(["--repetitions", "7"]))) == 7
+
+
+def test_the_report_says_which_workloads_ran_more_times() -> None:
+    from bench import report
+
+    assert report._repetitions_text([3, 3, 3]) == "3 time(s)"
+    assert report._repetitions_text([3, 5, 3, 5]).startswith("3 time(s) (5 on 2 workload(s): ")
+
+
 def test_each_workload_s_first_run_goes_to_the_contender_its_position_names() -> None:
     from bench.upstream import run_order
 
