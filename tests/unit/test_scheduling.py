@@ -245,6 +245,29 @@ async def test_a_follower_pops_nothing_until_it_leads(harness: Harness) -> None:
     assert harness.binder.calls == [(key, "n1")]
 
 
+async def test_a_burst_s_bindings_start_after_at_most_yield_every_scheduling_cycles(harness: Harness) -> None:
+    from usher.scheduling.loop import YIELD_EVERY
+
+    cycles_at_bind: list[int] = []
+    bind = harness.binder.bind
+
+    async def counting(pod: PodInfo, node: NodeName) -> Status:
+        cycles_at_bind.append(harness.recorder.algorithm_runs)
+        return await bind(pod, node)
+
+    harness.binder.bind = counting  # type: ignore[method-assign]
+    harness.leading.clear()
+    harness.nodes("n1")
+    for i in range(3 * YIELD_EVERY):
+        harness.pod(make_pod().name(f"p{i}").obj())
+    harness.leading.set()
+    await harness.until(lambda: len(harness.binder.calls) == 3 * YIELD_EVERY, "every pod is bound")
+
+    # A pod's binding waits for the loop's next yield: never more than YIELD_EVERY cycles behind it.
+    assert max(cycles - i for i, cycles in enumerate(cycles_at_bind)) <= YIELD_EVERY
+    assert cycles_at_bind[0] >= 1
+
+
 async def test_an_unschedulable_pod_is_requeued_and_reported_once_a_minute(harness: Harness) -> None:
     harness.nodes("n1", cpu="1")
     key = harness.pod(make_pod().name("big").req(cpu="4").obj())
