@@ -247,13 +247,11 @@ def register(
 
 EVENTS_PER_TURN = 16
 """Events one stream hands on back to back (when the API server sent them at once) before it lets the
-scheduling loop and the dispatcher run; the loop schedules up to ``YIELD_EVERY`` pods per turn.
+scheduling loop and the dispatcher run; the loop schedules up to as many pods per turn (``YIELD_EVERY``).
 
 One event per turn let the intake trail the loop during bursts (a pod's two or three events against 16
 pods scheduled per turn). Against one per turn, 16 gave lower gate-removal latency (p50 82-89 against
-95-104 ms, p99 155-175 against 177-211) and less CPU per pod on four upstream workloads (bench/NOTES.md).
-With the loop at 4 pods per turn, gate removal measured the same (p50 64-94 against 80-83 ms, three runs
-each)."""
+95-104 ms, p99 155-175 against 177-211) and less CPU per pod on four upstream workloads (bench/NOTES.md)."""
 
 
 class Streams:

@@ -32,13 +32,8 @@ from usher.scheduling.scheduling_cycle import Assumed, SchedulingCycle
 
 logger = logging.getLogger(__name__)
 
-YIELD_EVERY = 4
-"""Pods scheduled back to back before the loop lets watch handlers and API results run.
-
-A binding cycle the loop starts runs only at its next yield: at 16 a burst's attempt outlasted its Bind by
-6-15 ms (kube-scheduler's by 1-3). At 4 the attempt's p50 fell (SchedulingBasic 31-48 to 28-30 ms in three of
-four runs) at the same CPU per pod and gate-removal latency; at 1, every pass through the event loop reads
-sockets in smaller pieces and CPU per pod rose 17% (bench/NOTES.md)."""
+YIELD_EVERY = 16
+"""Pods scheduled back to back before the loop lets watch handlers and API results run."""
 YIELD_AFTER = 0.01
 """Seconds of back-to-back cycles after which the loop yields anyway: pods that each take long (a failing
 pod filters every node) must not starve the dispatcher's writes, such as preemption's evictions."""
