@@ -651,8 +651,11 @@ def test_workloads_measuring_few_pods_run_more_times_unless_the_repetitions_are_
     assert runs("SchedulingBasic", upstream_options(parse_args(["--repetitions", "7"]))) == 7
 
 
-def test_the_report_says_which_workloads_ran_more_times() -> None:
+def test_the_report_says_which_workloads_ran_more_times_and_how_far_below_a_row_is() -> None:
     from bench import report
+
+    assert report._short_of(0.8, 1.0) == "0.80x"
+    assert report._short_of(0.997, 1.0) == "0.997x"  # below, though it rounds to 1.00
 
     assert report._repetitions_text([3, 3, 3]) == "3 time(s)"
     assert report._repetitions_text([3, 5, 3, 5]).startswith("3 time(s) (5 on 2 workload(s): ")
