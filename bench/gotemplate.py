@@ -18,6 +18,7 @@ le gt ge len index print``; and the functions the caller passes
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -544,9 +545,16 @@ class _Value:
     value: Any
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> list[Any]:
+    """A template's parse tree, parsed once: createPods renders one template per pod, and executing a tree
+    never changes it."""
+    return _Parser(text).parse()
+
+
 def render(text: str, data: Any, functions: Mapping[str, Function] | None = None) -> str:
     """Execute the template ``text`` with ``data`` as dot (and ``$``); TemplateError when it fails."""
-    nodes = _Parser(text).parse()
+    nodes = _parsed(text)
     functions = {"and": lambda *a: a, "or": lambda *a: a, **(functions or {})}
     out: list[str] = []
     _Executor(functions).run(nodes, data, _Scope({"$": data}), out)
