@@ -617,12 +617,12 @@ def upstream_options(args: argparse.Namespace) -> upstream_module.Options:
     from bench import upstream
 
     keys = [k for k in args.contender or [] if k in upstream.CONTENDER_KEYS]
-    repetitions = args.repetitions if args.repetitions is not None else (1 if args.smoke else None)
+    # --repetitions (and smoke's one run) hold for every workload, short ones too.
+    given = args.repetitions if args.repetitions is not None else (1 if args.smoke else None)
     return upstream.Options(
         smoke=bool(args.smoke),
-        # --repetitions (and smoke's one run) hold for every workload, short ones too.
-        repetitions=repetitions or upstream.REPETITIONS,
-        short_repetitions=repetitions or upstream.SHORT_REPETITIONS,
+        repetitions=given if given is not None else upstream.REPETITIONS,
+        short_repetitions=given if given is not None else upstream.SHORT_REPETITIONS,
         limit_repetitions=(
             args.limit_repetitions if args.limit_repetitions is not None else upstream.LIMIT_REPETITIONS
         ),

@@ -631,8 +631,9 @@ def estimate_seconds(plan: Setup, options: Options, previous: Mapping[str, float
     if plan.status != "ok":
         return 0.0
     previous = previous or {}
-    formula = _formula_seconds(plan, options)
-    repetitions = repetitions_of(perfconfig.size(plan.test_case, plan.workload), options)
+    size = perfconfig.size(plan.test_case, plan.workload)
+    formula = _formula_seconds(plan, options, size)
+    repetitions = repetitions_of(size, options)
     return sum(
         previous.get(key, formula)
         * (min(options.repetitions, options.limit_repetitions) if key == "limit" else repetitions)
@@ -640,8 +641,7 @@ def estimate_seconds(plan: Setup, options: Options, previous: Mapping[str, float
     )
 
 
-def _formula_seconds(plan: Setup, options: Options) -> float:
-    size = perfconfig.size(plan.test_case, plan.workload)
+def _formula_seconds(plan: Setup, options: Options, size: perfconfig.Size) -> float:
     measured = size.measured_pods
     rate = CLAIM_PODS_PER_SECOND if plan.gates.get("DynamicResourceAllocation") else PLAIN_PODS_PER_SECOND
     measured_rate = PREEMPTING_PODS_PER_SECOND if "Preemption" in plan.test_case.name else rate
