@@ -557,6 +557,33 @@ def _repetitions_text(counts: list[int]) -> str:
     return f"{usual} time(s) ({extra}: those measuring so few pods that their phases are short)"
 
 
+GC_NOTE = (
+    "Before every measured phase the harness runs the API server's garbage collector to completion "
+    "(`/debug/pprof/heap?gc=1`), so each phase starts from the same heap: whether one of its collections "
+    "(0.1 s of its CPU) fell inside a 0.2 s phase had depended on the setup, and moved pods/s by about 25 % "
+    "for every scheduler alike (bench/NOTES.md)."
+)
+
+
+def _gc_text(docs: list[dict[str, Any]]) -> str:
+    """How many measured phases (over all runs) still saw the API server collect garbage, e.g. "3 of 40"."""
+    seen = collected = 0
+    for doc in docs:
+        for runs in doc.get("runs", {}).values():
+            for run in runs if isinstance(runs, list) else ():
+                for phase in run.get("phases") or ():
+                    cycles = phase.get("apiserver_gc_cycles")
+                    if isinstance(cycles, int):
+                        seen += 1
+                        collected += cycles > 0
+    if not seen:
+        return ""
+    return (
+        f" The API server collected during {collected} of the {seen} measured phases "
+        "(the longer ones: its heap grows with the pods)."
+    )
+
+
 def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
     if not docs:
         return []
@@ -589,6 +616,7 @@ def upstream_section(docs: list[dict[str, Any]]) -> list[str]:
         "the measured op, from each scheduler's /metrics (Prometheus bucket interpolation), median over the runs.",
         "- The bind limit makes only the writes a scheduler must make (bindings, claim allocations); it never "
         "preempts, so on preemption workloads it is a ceiling, not a peer.",
+        f"- {GC_NOTE}{_gc_text(docs)}",
         "- [bench-large]: run by `make bench-large` (more than 1000 nodes or 2500 pods), not `make bench`; "
         "its date is the document's own.",
         f"- Chart: [{UPSTREAM_CHART}]({UPSTREAM_CHART}) (usher/kube-scheduler ratios per workload).",
@@ -671,6 +699,7 @@ def markdown(
         f"- API server (kube-apiserver v1.37.1, etcd v3.6.16 with `--unsafe-no-fsync`): "
         f"`{' '.join(first['apiserver_args'])}`, as scheduler_perf runs it; the same flags for every run, "
         "and a fresh control plane (empty etcd) per workload and contender.",
+        f"- {GC_NOTE}",
         "- kube-scheduler v1.37.1: one profile for its own scheduler name, client QPS/burst 5000 "
         "(scheduler_perf lifts client limits too), `--feature-gates SchedulerPreQueueingHints=true|false` "
         "(alpha in v1.37.1, default off); other gates at their defaults.",

@@ -78,6 +78,8 @@ APISERVER_ARGS: tuple[str, ...] = (
     "--max-requests-inflight=0",
     "--max-mutating-requests-inflight=0",
     "--enable-priority-and-fairness=false",
+    # Its pprof handlers let the harness collect the API server's garbage before each phase (`Api.collect_garbage`).
+    "--profiling=true",
 )
 #: The harness's kcm defaults to 200 QPS; the resourceclaim-controller makes two writes per pod
 #: (the claim, the pod's status), which would cap every contender at 100 pods/s.
@@ -385,6 +387,7 @@ class Run:
         c = self.contender
         pid = c.pid
         meter = CpuMeter(component_pids(plane, kcm=False, scheduler=pid))
+        gc_cycles = await api.collect_garbage()
         metrics_before = await c.metrics() or {}
         meter.start()
         base = watcher.bound(phase)
@@ -417,6 +420,7 @@ class Run:
             "samples": [[round(t, 3), n] for t, n in sampler.samples],
             # CPU of the scheduler, kube-apiserver, etcd (and kcm), the harness, and anything else (noise).
             **meter.stop(),
+            "apiserver_gc_cycles": await api.gc_cycles() - gc_cycles,
         }
         if pid:
             # kube-scheduler flushes its metrics asynchronously, once a second.

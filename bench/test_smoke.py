@@ -40,6 +40,7 @@ def _check_phase(where: str, phase: dict[str, Any], *, scheduler: bool, hints: b
     for key in ("elapsed_s", "average", "p50", "p90", "p99", "overall", "apiserver_cpu_s", "etcd_cpu_s"):
         assert _number(phase[key]), f"{where}: {key} = {phase.get(key)!r}"
     assert phase["overall"] > 0, where
+    assert isinstance(phase["apiserver_gc_cycles"], int) and phase["apiserver_gc_cycles"] >= 0, where
     assert phase["samples"] and phase["samples"][-1][1] == phase["pods"], where
     if scheduler:
         assert _number(phase["scheduler_cpu_s"]), where
@@ -96,7 +97,15 @@ async def test_every_workload_completes_against_every_contender_and_produces_num
 
 
 #: The numbers of each run's measured op the report needs (scheduler_perf's statistics need 2 s of samples).
-UPSTREAM_PHASE_NUMBERS = ("scheduled", "elapsed_s", "overall", "apiserver_cpu_s", "etcd_cpu_s", "harness_cpu_s")
+UPSTREAM_PHASE_NUMBERS = (
+    "scheduled",
+    "elapsed_s",
+    "overall",
+    "apiserver_cpu_s",
+    "etcd_cpu_s",
+    "harness_cpu_s",
+    "apiserver_gc_cycles",
+)
 NOT_RUN = ("unsupported: ", "usher refuses: ", "usher lacks: ", "left out: ")
 
 

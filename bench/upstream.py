@@ -230,9 +230,11 @@ def setup(selection: Selection, *, smoke: bool, force: bool = False) -> Setup:
 
 @dataclass
 class RunHooks:
-    """What a metrics collection measures besides throughput: CPU and the scheduler's attempt durations."""
+    """What a metrics collection measures besides throughput: CPU, the scheduler's attempt durations and the API
+    server's garbage collections (it collects once before the phase: `Api.collect_garbage`)."""
 
     plane: ControlPlane
+    api: Api
     contender: Contender
     kcm: bool
     profile: Path | None = None
@@ -241,11 +243,13 @@ class RunHooks:
     """What the first collection waits for (another run's plane starting or stopping); failures are theirs."""
     _meter: CpuMeter | None = None
     _before: str | None = None
+    _gc_cycles: int = 0
     _profiler: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         await settled(self.settle)
         self.settle = []
+        self._gc_cycles = await self.api.collect_garbage()
         self._before = await self.contender.scrape()
         self._meter = CpuMeter(component_pids(self.plane, kcm=self.kcm, scheduler=self.contender.pid))
         self._meter.start()
@@ -258,6 +262,7 @@ class RunHooks:
         out: dict[str, Any] = dict(self._meter.stop())
         stop_profiler(self._profiler)
         self._profiler = None
+        out["apiserver_gc_cycles"] = await self.api.gc_cycles() - self._gc_cycles
         after = await self.contender.scrape()
         if after is not None and self._before is not None:
             out["attempt_duration_ms"] = attempt_durations(self._before, after)
@@ -351,7 +356,7 @@ class UpstreamRun:
                 pods,
                 plan.test_case,
                 plan.workload,
-                hooks=RunHooks(plane, contender, plan.needs_kcm, self.profile, settle=list(settle)),
+                hooks=RunHooks(plane, api, contender, plan.needs_kcm, self.profile, settle=list(settle)),
                 check=contender.ensure_alive,
                 timeout=self.timeout,
             )

@@ -661,6 +661,39 @@ def test_the_report_says_which_workloads_ran_more_times_and_how_far_below_a_row_
     assert report._repetitions_text([3, 5, 3, 5]).startswith("3 time(s) (5 on 2 workload(s): ")
 
 
+def test_the_api_server_s_garbage_collections_are_read_from_its_metrics() -> None:
+    from bench.kube import gc_count
+
+    metrics = (
+        "# HELP go_gc_duration_seconds A summary of the wall-time pause (stop-the-world) duration in garbage "
+        "collection cycles.\n"
+        "# TYPE go_gc_duration_seconds summary\n"
+        'go_gc_duration_seconds{quantile="0"} 2.1e-05\n'
+        "go_gc_duration_seconds_sum 0.0123\n"
+        "go_gc_duration_seconds_count 17\n"
+        "go_goroutines 412\n"
+    )
+    assert gc_count(metrics) == 17
+    with pytest.raises(ValueError, match="go_gc_duration_seconds_count"):
+        gc_count("go_goroutines 412\n")
+
+
+def test_the_report_counts_the_measured_phases_in_which_the_api_server_collected() -> None:
+    from bench import report
+
+    def run(*cycles: int | None) -> dict[str, Any]:
+        return {"phases": [{} if c is None else {"apiserver_gc_cycles": c} for c in cycles]}
+
+    docs = [
+        {"runs": {"usher": [run(0), run(1)], "kube-scheduler": [run(0), run(2, None)]}},
+        {"runs": {"usher": [run(0)]}},
+    ]
+    assert report._gc_text(docs) == (
+        " The API server collected during 2 of the 5 measured phases (the longer ones: its heap grows with the pods)."
+    )
+    assert report._gc_text([{"runs": {"usher": [run(None)]}}]) == "", "results from before the count: nothing said"
+
+
 def test_each_workload_s_first_run_goes_to_the_contender_its_position_names() -> None:
     from bench.upstream import run_order
 
