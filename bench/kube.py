@@ -87,15 +87,22 @@ class Api:
         phase was a matter of where the setup had left its heap: it moved a contender's pods/s by about
         25 %, the same for every scheduler (bench/NOTES.md). Collecting before every measured phase
         starts each one from the same heap. pprof's heap handler collects first when asked (``gc=1``);
-        the API server must run with ``--profiling=true``.
+        the API server must run with ``--profiling=true``. RuntimeError when its count of collections
+        did not move: the phase would start from whatever heap the setup left.
         """
+        before = await self.gc_cycles()
         async with self.session.get(
             self.server + "/debug/pprof/heap", params={"gc": "1"}, timeout=aiohttp.ClientTimeout(total=60)
         ) as response:
             body = await response.read()
             if response.status >= 400:
                 raise ApiError(response.status, "GET", "/debug/pprof/heap", body.decode("utf-8", "replace"))
-        return await self.gc_cycles()
+        after = await self.gc_cycles()
+        if after <= before:
+            raise RuntimeError(
+                f"the API server did not collect its garbage when asked ({before} collections before, {after} after)"
+            )
+        return after
 
     async def gc_cycles(self) -> int:
         """The API server's garbage collections since it started (``go_gc_duration_seconds_count``)."""
