@@ -570,7 +570,7 @@ def _gc_text(docs: list[dict[str, Any]]) -> str:
     seen = collected = 0
     for doc in docs:
         for runs in doc.get("runs", {}).values():
-            for run in runs if isinstance(runs, list) else ():
+            for run in runs:
                 for phase in run.get("phases") or ():
                     cycles = phase.get("apiserver_gc_cycles")
                     if isinstance(cycles, int):
