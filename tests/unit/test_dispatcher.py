@@ -22,7 +22,9 @@ import pytest
 
 from usher.adapters.dispatching import DROPPED, NO_OP, NOT_LEADING, SKIPPED, ApiCall, Dispatcher, Request, RetryPolicy
 from usher.adapters.kubeapi import ApiResult
+from usher.adapters.preempting import disruption_condition_call, victim_delete_call
 from usher.adapters.reporting import condition_patch, pod_status_call
+from usher.core.types import PodInfo
 
 
 @dataclass
@@ -167,6 +169,29 @@ async def test_a_status_patch_after_a_waiting_binding_is_dropped() -> None:
     await settle(dispatcher)
     assert [c[1] for c in api.calls] == ["/events", "/pods/p/binding"]
     assert patches == [SKIPPED]
+
+
+async def test_a_victims_eviction_is_not_superseded_by_its_binding_still_waiting() -> None:
+    """Preemption may pick a pod assumed a moment ago, whose binding still waits for a worker. Its
+    DisruptionTarget patch and delete must run anyway (kube-scheduler sends them past its dispatcher)."""
+    api, bindings, evictions = RecordingApi(gate=asyncio.Event()), [], []
+    dispatcher = await run(api, workers=1)
+    dispatcher.add(ApiCall.fixed("event", None, Request("POST", "/events", {})))
+    await asyncio.wait_for(api.first_call.wait(), 5)  # the only worker is busy with it
+    dispatcher.add(binding_call(bindings))
+    victim = PodInfo.from_api({"metadata": {"namespace": "ns", "name": "p", "uid": "u1"}, "spec": {}})
+    dispatcher.add(disruption_condition_call(victim, "usher", evictions.append))
+    dispatcher.add(victim_delete_call(victim, evictions.append))
+    assert evictions == [], "neither is dropped while the binding waits"
+    api.gate.set()  # type: ignore[union-attr]
+    await settle(dispatcher)
+    assert sorted((method, path) for method, path, _ in api.calls) == [
+        ("DELETE", "/api/v1/namespaces/ns/pods/p"),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p/status"),
+        ("POST", "/events"),
+        ("POST", "/pods/p/binding"),
+    ]
+    assert [r.ok for r in evictions] == [True, True] and bindings[0].ok
 
 
 async def test_a_newer_call_of_the_same_kind_merges_without_resetting_the_delay() -> None:

@@ -17,7 +17,8 @@ meets it:
 - ``sync_object`` hands the dispatcher each newer version of an object
   (from the watch), so a waiting call that became a no-op is dropped.
 
-Untracked calls (Events, claim and volume writes) just run. A
+Untracked calls (Events, claim and volume writes, a preemption victim's
+eviction) just run. A
 *best-effort* call (an Event) is sent only when no other call is ready:
 under a burst, bindings and status patches go first and Events follow, as
 they carry nothing the cluster waits for; at most ``max_best_effort`` of them
@@ -86,6 +87,9 @@ class ApiCall:
     """Given the build of the waiting call of the same type this one replaces, the build of both."""
     best_effort: bool = False
     """Sent only when no other call is ready, and dropped when ``max_best_effort`` such calls wait (untracked only)."""
+    tracked: bool = True
+    """False: runs as an untracked call though it names its object (for logs and tests), beside that object's
+    tracked calls, never superseding them or superseded by them."""
 
     @classmethod
     def fixed(
@@ -98,6 +102,7 @@ class ApiCall:
         on_done: Callable[[ApiResult], None] | None = None,
         leader_only: bool = False,
         best_effort: bool = False,
+        tracked: bool = True,
     ) -> ApiCall:
         return cls(
             call_type,
@@ -107,6 +112,7 @@ class ApiCall:
             on_done=on_done,
             leader_only=leader_only,
             best_effort=best_effort,
+            tracked=tracked,
         )
 
 
@@ -282,7 +288,7 @@ class Dispatcher:
 
     def add(self, call: ApiCall, current: Mapping[str, Any] | None = None) -> None:
         """Queue a call; returns at once. ``current`` is the newest known version of its object."""
-        key = call.object_key
+        key = call.object_key if call.tracked else None
         if key is None:
             if call.best_effort and self._ready.best_effort >= self._max_best_effort:
                 self._drop(call)

@@ -223,8 +223,7 @@ class Preemptor:
             self._started.setdefault(pod.uid, (self._timer(), preemptor))
         for victim, note in to_delete:
             self._writer.add(
-                disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin)),
-                current=victim.raw,
+                disruption_condition_call(victim, profile, self._after_condition(pod, victim, note, profile, plugin))
             )
 
     def _clear_lower_nominations(self, pod: PodInfo, node: str) -> None:
