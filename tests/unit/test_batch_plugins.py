@@ -23,6 +23,7 @@ from usher.core.framework.runtime import Framework
 from usher.core.types import Code, PodInfo, Status
 
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
+HOSTNAME, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 
 PROFILES: dict[str, Any] = {
     "default": None,
@@ -70,6 +71,10 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeInfo], PodInfo]:
         if rnd.random() < 0.4:
             capacity["example.com/gpu"] = str(rnd.randint(0, 3))
         builder.capacity(**capacity)
+        if rnd.random() < 0.9:
+            builder.label(HOSTNAME, f"n{i:02d}")
+        if rnd.random() < 0.6:
+            builder.label(ZONE, rnd.choice(["a", "b", "c"]))
         node = builder.obj()
         if rnd.random() < 0.3:
             node["spec"]["unschedulable"] = True
@@ -85,6 +90,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeInfo], PodInfo]:
         if rnd.random() < 0.3:
             requests["example.com/gpu"] = "1"
         existing = make_pod().name(f"e{j}").req(**requests).node(rnd.choice(names)).obj()
+        _with_affinity(existing, rnd, chance=0.3)
         cache.add_or_update_pod(PodInfo.from_api(existing))
     pod = make_pod().name("incoming").req(cpu=rnd.choice(["0", "200m", "1500m"]), memory=rnd.choice(["0", "3Gi"])).obj()
     if rnd.random() < 0.3:
@@ -96,7 +102,30 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeInfo], PodInfo]:
         ]
     if rnd.random() < 0.2:
         pod["spec"]["nodeName"] = rnd.choice(names)
+    _with_affinity(pod, rnd, chance=0.5)
     return cache.node_infos(), PodInfo.from_api(pod)
+
+
+def _with_affinity(pod: dict[str, Any], rnd: random.Random, *, chance: float) -> None:
+    """An ``app`` label, and with ``chance`` preferred pod (anti-)affinity terms by hostname or zone (InterPodAffinity
+    scores with them: one topology key or two)."""
+    pod["metadata"]["labels"] = {"app": rnd.choice(["x", "y"])}
+    if rnd.random() >= chance:
+        return
+    affinity: dict[str, Any] = {}
+    for kind in rnd.sample(["podAffinity", "podAntiAffinity"], rnd.randint(1, 2)):
+        terms = [
+            {
+                "weight": rnd.randint(1, 100),
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": rnd.choice(["x", "y"])}},
+                    "topologyKey": rnd.choice([HOSTNAME, ZONE]),
+                },
+            }
+            for _ in range(rnd.randint(1, 2))
+        ]
+        affinity[kind] = {"preferredDuringSchedulingIgnoredDuringExecution": terms}
+    pod["spec"]["affinity"] = affinity
 
 
 def _plugins(fw: Framework) -> tuple[list[BatchFilterPlugin], list[BatchScorePlugin]]:
@@ -123,6 +152,7 @@ def test_the_default_profile_filters_and_scores_in_batches() -> None:
         "NodeResourcesFit",
         "NodeResourcesBalancedAllocation",
         "PodTopologySpread",  # its constraints: tests/unit/plugins/test_podtopologyspread.py
+        "InterPodAffinity",
     }
 
 

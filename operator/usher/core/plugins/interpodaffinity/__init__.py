@@ -28,12 +28,12 @@ from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     BatchScoreNormalizer,
+    BatchScorePlugin,
     EnqueueExtensions,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
-    ScorePlugin,
 )
 from usher.core.framework.names import INTER_POD_AFFINITY
 from usher.core.framework.scoring import normalize_mapping
@@ -54,6 +54,7 @@ from usher.core.plugins.interpodaffinity.scoring import (
     PreScoreState,
     normalize,
     score_node,
+    score_nodes,
     topology_scores,
 )
 from usher.core.plugins.interpodaffinity.scoring import signature as score_signature
@@ -215,6 +216,12 @@ class InterPodAffinity:
             return 0, error(f'failed to read "{PRE_SCORE_STATE_KEY}" from cycleState')
         return score_node(computed, node), SUCCESS
 
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], Status]:
+        computed = state.get(PRE_SCORE_STATE_KEY)
+        if not isinstance(computed, PreScoreState):
+            return [], error(f'failed to read "{PRE_SCORE_STATE_KEY}" from cycleState')
+        return score_nodes(computed, nodes), SUCCESS
+
     def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
         return normalize_mapping(self, state, pod, scores)
 
@@ -253,6 +260,6 @@ def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:
 _check_pre_filter: type[PreFilterPlugin] = InterPodAffinity
 _check_filter: type[BatchFilterPlugin] = InterPodAffinity
 _check_pre_score: type[PreScorePlugin] = InterPodAffinity
-_check_score: type[ScorePlugin] = InterPodAffinity
+_check_score: type[BatchScorePlugin] = InterPodAffinity
 _check_normalizer: type[BatchScoreNormalizer] = InterPodAffinity
 _check_events: type[EnqueueExtensions] = InterPodAffinity

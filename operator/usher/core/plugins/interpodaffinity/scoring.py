@@ -149,6 +149,16 @@ def score_node(state: PreScoreState, node: NodeInfo) -> int:
     return total
 
 
+def score_nodes(state: PreScoreState, nodes: Sequence[NodeInfo]) -> list[int]:
+    """``score_node`` for each of ``nodes``, in order. Most pods' terms name one topology key (scheduler_perf's
+    all do): then each node's score is one lookup of its label's value, in a comprehension."""
+    if len(state.topology_score) != 1:
+        return [score_node(state, node) for node in nodes]
+    [(key, values)] = state.topology_score.items()
+    get = values.get
+    return [get(node.labels.get(key), 0) for node in nodes]  # type: ignore[arg-type]  # None is no value: 0
+
+
 def normalize(state: PreScoreState, scores: list[int]) -> None:
     """[min, max] -> [0, 100] in place, truncating; all 0 when min == max."""
     if not state.topology_score or not scores:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from usher.core.selectors import SelectorError, label_selector_matches
+from usher.core.selectors import SelectorError, label_selector_matches, match_label_pairs, pairs_match
 from usher.core.types import PodInfo, PodKey
 
 NamespaceLabelsOf = Callable[[str], Mapping[str, str] | None]
@@ -43,6 +43,14 @@ class AffinityTerm:
     all_namespaces: bool
     """An empty ``namespaceSelector``: every namespace."""
     topology_key: str
+    _pairs: tuple[tuple[str, Any], ...] | None = field(init=False, repr=False, compare=False)
+    """``selector`` as ``match_label_pairs`` (None: matched by ``label_selector_matches``)."""
+    _namespace_pairs: tuple[tuple[str, Any], ...] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Terms are matched against every pod of the nodes a cycle walks: most select by matchLabels only.
+        object.__setattr__(self, "_pairs", match_label_pairs(self.selector))
+        object.__setattr__(self, "_namespace_pairs", match_label_pairs(self.namespace_selector))
 
     def matches(self, namespace: str, labels: Mapping[str, str], ns_labels_of: NamespaceLabelsOf | None) -> bool:
         """Does a pod in ``namespace`` with ``labels`` fall under this term?
@@ -54,9 +62,17 @@ class AffinityTerm:
                 return False
             if ns_labels_of is not None:
                 ns_labels = ns_labels_of(namespace)
-                if ns_labels is None or not label_selector_matches(self.namespace_selector, ns_labels):
+                if ns_labels is None:
                     return False
-        return label_selector_matches(self.selector, labels)
+                pairs = self._namespace_pairs
+                if not (
+                    label_selector_matches(self.namespace_selector, ns_labels)
+                    if pairs is None
+                    else pairs_match(pairs, ns_labels)
+                ):
+                    return False
+        pairs = self._pairs
+        return label_selector_matches(self.selector, labels) if pairs is None else pairs_match(pairs, labels)
 
     def matches_pod(self, pod: PodInfo, ns_labels_of: NamespaceLabelsOf | None) -> bool:
         return self.matches(pod.namespace, pod.labels, ns_labels_of)
