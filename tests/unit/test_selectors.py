@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from usher.core.selectors import (
     SelectorError,
     label_selector_matches,
+    match_label_pairs,
     node_selector_matches,
+    pairs_match,
     tolerates,
     untolerated_taint,
 )
@@ -42,6 +46,33 @@ def expr(key: str, operator: str, *values: str) -> dict[str, Any]:
 )
 def test_label_selectors(selector: dict[str, Any] | None, matches: bool) -> None:
     assert label_selector_matches(selector, LABELS) is matches
+
+
+SELECTOR_LABELS = st.dictionaries(
+    st.sampled_from(["app", "tier", "zone"]), st.sampled_from(["web", "db", ""]), max_size=3
+)
+
+
+@given(
+    match_labels=st.none() | SELECTOR_LABELS,
+    expressions=st.none() | st.just([expr("tier", "Exists")]),
+    null=st.booleans(),
+    labels=SELECTOR_LABELS,
+)
+def test_a_selector_as_label_pairs_answers_as_the_selector_does(
+    match_labels: dict[str, str] | None, expressions: list[dict[str, Any]] | None, null: bool, labels: dict[str, str]
+) -> None:
+    selector: dict[str, Any] | None = None if null else {}
+    if selector is not None and match_labels is not None:
+        selector["matchLabels"] = match_labels
+    if selector is not None and expressions is not None:
+        selector["matchExpressions"] = expressions
+    pairs = match_label_pairs(selector)
+    if selector is None or expressions:
+        assert pairs is None, "only a selector of matchLabels alone becomes pairs"
+    else:
+        assert pairs is not None
+        assert pairs_match(pairs, labels) == label_selector_matches(selector, labels)
 
 
 @pytest.mark.parametrize(
