@@ -11,12 +11,15 @@ each node holds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
 import pytest
 
-from e2e.controlplane import wait_for
+from e2e import faultproxy
+from e2e.controlplane import Cluster, wait_for
+from e2e.test_chaos import usher_through
 from e2e.test_scheduling import assert_no_node_overcommitted, events_in, pod_manifest, pods_in
 from e2e.usher_process import UsherProcess
 
@@ -108,3 +111,45 @@ def test_high_priority_pods_preempt_the_cheapest_victims_and_keep_the_room_they_
     late = core_api.read_namespaced_pod("late-low-0", namespace)
     [condition] = [c for c in late.status.conditions or [] if c.type == "PodScheduled"]
     assert "preemption: " in condition.message, condition.message
+
+
+def test_a_victim_whose_binding_hangs_is_evicted_at_once(
+    control_plane: Cluster,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    priority_classes: Callable[[int], str],
+    test_id: str,
+    tmp_path: Path,
+) -> None:
+    """Preemption may pick a pod whose binding has not been answered: assumed on the node, not bound yet.
+    kube-scheduler marks and deletes the victim past its API dispatcher, so the victim goes at once; usher's
+    eviction once queued behind the victim's own binding call, and a hanging binding held it for minutes."""
+    low, high = priority_classes(100), priority_classes(1000)
+    kwok_nodes("one-slot", cpu="4", memory="8Gi", pods=1)
+    with faultproxy.running(control_plane, []) as proxy:
+        stall = proxy.stall("POST", rf"^/api/v1/namespaces/{namespace}/pods/low/binding$")
+        scheduler = usher_through(proxy, control_plane, test_id, tmp_path)
+        with scheduler:
+            scheduler.start()
+            name = scheduler.scheduler_name
+            core_api.create_namespaced_pod(namespace, pending("low", name, low))
+            wait_for(lambda: stall.stalled >= 1, 30, "low assumed on the only slot, its binding held unanswered")
+            core_api.create_namespaced_pod(namespace, pending("high", name, high))
+
+            def low_gone() -> bool:
+                return "low" not in {p["metadata"]["name"] for p in pods_in(core_api, namespace)}
+
+            # The binding's own timeout is 30 s, and it is retried: 15 s tells the two apart.
+            wait_for(low_gone, 15, "the victim marked and deleted while its binding still hangs")
+            assert stall.stalled >= 1 and not proxy.answered("POST", r"/pods/low/binding$"), "never answered"
+            [marked] = proxy.answered("PATCH", rf"^/api/v1/namespaces/{namespace}/pods/low/status$")
+            [deleted] = proxy.answered("DELETE", rf"^/api/v1/namespaces/{namespace}/pods/low$")
+            assert (marked.status, deleted.status) == (200, 200)
+            assert marked.answered <= deleted.arrived, "DisruptionTarget first, then the delete"
+
+            def preempted() -> list[str]:
+                return [e.pod for e in events_in(core_api, namespace) if e.reason == "Preempted"]
+
+            wait_for(preempted, 15, "the victim's Preempted Event")
+            assert preempted() == ["low"]
