@@ -460,6 +460,30 @@ async def test_a_preemptor_is_held_until_its_evictions_return_then_retried_if_an
     assert [e["note"] for e in harness.writer.events("Preempted")] == [f"Preempted by pod {uid} on node n1"]
 
 
+async def test_a_preemptor_whose_eviction_fails_waits_out_its_backoff_though_nothing_else_is_queued(
+    harness: Harness,
+) -> None:
+    """PopFromBackoffQ takes a rejected pod early when activeQ is empty; a failed eviction's backoff is an
+    error's, kept in full, so an eviction that keeps failing (403, a webhook) is no busy loop."""
+    harness.nodes("n1", cpu="2")
+    low = harness.pod(make_pod().name("low").priority(1).node("n1").req(cpu="2").obj())
+    high = harness.pod(make_pod().name("high").priority(100).req(cpu="2").obj())
+    await harness.until(lambda: harness.recorder.attempts != [], "the preemptor's attempt fails")
+
+    condition = next(c for c in harness.writer.calls if c.call_type == "pod_status_patch" and c.object_key == low)
+    assert condition.on_done is not None
+    condition.on_done(ApiResult(403, {"message": "pods is forbidden"}))
+    await harness.idle()
+    queued = harness.scheduler.queue.get(high)
+    assert queued is not None and queued.where is Where.BACKOFF
+    assert len(harness.recorder.attempts) == 1, "not taken early from backoffQ, though activeQ is empty"
+    assert harness.recorder.preemptions_finished == [("pod", "error")]
+
+    harness.clock.advance(11)  # past the maximum backoff
+    harness.nodes("n2", cpu="1")  # wakes the loop; too small for the preemptor
+    await harness.until(lambda: len(harness.recorder.attempts) == 2, "retried once its backoff is over")
+
+
 async def test_a_nomination_preemption_can_no_longer_honour_is_cleared(harness: Harness) -> None:
     harness.nodes("n1", cpu="2")
     harness.pod(make_pod().name("peer").priority(100).node("n1").req(cpu="2").obj())

@@ -311,12 +311,14 @@ class SchedulingQueue:
             if queued is not None and queued.where in (Where.UNSCHEDULABLE, Where.BACKOFF):
                 self._to_active_or_gated(queued, FORCE_ACTIVATE.label)
 
-    def retry(self, keys: Iterable[PodKey]) -> None:
-        """Move pods out of the pool to be retried after their backoff (activeQ at once if it is over)."""
+    def retry(self, keys: Iterable[PodKey], *, after_error: bool = False) -> None:
+        """Move pods out of the pool to be retried after their backoff (activeQ at once if it is over).
+
+        ``after_error``: the backoff is an error's, which PopFromBackoffQ does not cut short."""
         for key in keys:
             queued = self._pods.get(key)
             if queued is not None and queued.where is Where.UNSCHEDULABLE:
-                self._requeue(queued, Strategy.AFTER_BACKOFF, FORCE_ACTIVATE.label)
+                self._requeue(queued, Strategy.AFTER_BACKOFF, FORCE_ACTIVATE.label, error=after_error)
 
     # ------------------------------------------------------------------ scheduling loop
 
@@ -743,14 +745,14 @@ class SchedulingQueue:
             self._pool.remove(queued)
         queued.where = Where.NOWHERE
 
-    def _requeue(self, queued: QueuedPod, strategy: Strategy, label: str) -> None:
+    def _requeue(self, queued: QueuedPod, strategy: Strategy, label: str, *, error: bool = False) -> None:
         if strategy is Strategy.AFTER_BACKOFF and self.is_backing_off(queued):
             if not self._admitted(queued, label):
                 return  # as kube-scheduler with SchedulerPopFromBackoffQ: gated, not backing off
             self._leave(queued)
             queued.backoff_expiry = queued.timestamp + self.backoff_duration(queued)
             queued.last_event = label
-            self._backoff.push(queued, self._next_entry(), error=not queued.rejectors)
+            self._backoff.push(queued, self._next_entry(), error=error or not queued.rejectors)
             self._recorder.incoming(Where.BACKOFF.value, label)
             return
         self._to_active_or_gated(queued, label)
