@@ -128,7 +128,6 @@ def pod_status_call(
     *,
     delay: float = 0.0,
     on_done: Callable[[ApiResult], None] | None = None,
-    leader_only: bool = False,
 ) -> ApiCall:
     """A tracked strategic-merge patch of a pod's status, built against the newest version of the pod
     when it is due (``patch_for`` returns None when nothing would change: the call is dropped)."""
@@ -159,7 +158,6 @@ def pod_status_call(
         relevance=STATUS_PATCH_RELEVANCE,
         delay=delay,
         on_done=on_done,
-        leader_only=leader_only,
         merge=merge,
     )
 
