@@ -1,7 +1,9 @@
 """The contenders of every workload: usher and kube-scheduler (PreQueueingHints on and off), and the limit.
 
 Each contender is started on a fresh control plane before any node exists
-(as scheduler_perf starts its scheduler), exposes the pid whose CPU and RSS
+(as scheduler_perf starts its scheduler): kube-scheduler as a component of the
+plane, usher right after the plane is up (`Contender.launch`), both while the
+previous run works. Each exposes the pid whose CPU and RSS
 are measured, and its Prometheus metrics (QueueingHint and PreQueueingHint
 invocation counts, pending pods per queue).
 """
@@ -73,9 +75,19 @@ class Contender(ABC):
         """Extra arguments for `e2e.controlplane.start` (kube-scheduler runs as a control-plane component)."""
         return {}
 
+    def launch(self, plane: ControlPlane) -> None:
+        """Start the scheduler process on ``plane`` as soon as it is up (blocking: called in the thread that
+        started the plane, while another run works); `start` adopts it. kube-scheduler needs none of this: it
+        starts as one of the plane's components."""
+        return None
+
+    def discard(self, plane: ControlPlane) -> None:
+        """Stop what `launch` started on ``plane`` if `start` never adopted it (the run failed before)."""
+        return None
+
     @abstractmethod
     async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
-        """Start scheduling pods of ``scheduler_name``; return once it is ready."""
+        """Start scheduling pods of ``scheduler_name`` (or adopt what `launch` started); return once ready."""
 
     @property
     def pid(self) -> int | None:
@@ -111,18 +123,33 @@ class Usher(Contender):
         self.key = f"usher-pqh-{state}"
         self.label = f"usher (PreQueueingHints {state})"
         self.process: UsherProcess | None = None
+        # By plane: the next run's usher is launched while this run's (the same contender) still works.
+        self._launched: dict[Path, UsherProcess] = {}
 
     def usher_args(self, plane: ControlPlane) -> tuple[str, ...]:
         """Flags after ``usher run --kubeconfig --scheduler-name --metrics-bind-address``."""
         return ("--feature-gates", f"SchedulerPreQueueingHints={str(self.pre_queueing_hints).lower()}")
 
-    async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
-        self.process = UsherProcess(
+    def _started(self, plane: ControlPlane) -> UsherProcess:
+        """usher started on ``plane`` and ready (blocking)."""
+        return UsherProcess(
             kubeconfig=plane.kubeconfig,
             scheduler_name=self.scheduler_name,
             log_path=plane.logs_dir / "usher.log",
             extra_args=self.usher_args(plane),
         ).start()
+
+    def launch(self, plane: ControlPlane) -> None:
+        self._launched[plane.workdir] = self._started(plane)
+
+    def discard(self, plane: ControlPlane) -> None:
+        process = self._launched.pop(plane.workdir, None)
+        if process is not None:
+            process.kill()
+
+    async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
+        launched = self._launched.pop(plane.workdir, None)
+        self.process = launched if launched is not None else self._started(plane)
 
     @property
     def pid(self) -> int | None:

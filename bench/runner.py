@@ -112,6 +112,17 @@ def component_pids(plane: ControlPlane, *, kcm: bool, scheduler: int | None) -> 
     return pids
 
 
+def with_scheduler(plane: ControlPlane, contender: Contender) -> ControlPlane:
+    """``plane`` with ``contender``'s scheduler launched on it (`Contender.launch`); a failed launch stops the plane
+    (blocking: the plane-starting thread calls it)."""
+    try:
+        contender.launch(plane)
+    except BaseException:
+        plane.stop(STOP_GRACE_SECONDS)
+        raise
+    return plane
+
+
 async def start_after(current: asyncio.Future[ControlPlane], start_plane: Callable[[], ControlPlane]) -> ControlPlane:
     """The next run's plane, started (in a thread) once ``current`` (this run's) is up or has failed to start:
     one plane starts at a time."""
@@ -219,14 +230,15 @@ class Run:
         self._settle: list[asyncio.Future[Any]] = []
 
     def start_plane(self) -> ControlPlane:
-        """This run's control plane (blocking: run it in a thread)."""
-        return start(
+        """This run's control plane, its scheduler launched (blocking: run it in a thread)."""
+        plane = start(
             self.workdir,
             extra_apiserver_args=APISERVER_ARGS,
             kcm=False,  # the hand-written workloads need no controller (claims are made by the harness)
             kwok=False,
             **self.contender.plane_kwargs(self.workdir),
         )
+        return with_scheduler(plane, self.contender)
 
     async def execute(
         self, plane_task: asyncio.Future[ControlPlane] | None = None, settle: Sequence[asyncio.Future[Any]] = ()
@@ -264,6 +276,7 @@ class Run:
                     await c.stop()
                     await watcher.stop()
         finally:
+            c.discard(plane)
             self.stopping = asyncio.create_task(asyncio.to_thread(plane.stop, STOP_GRACE_SECONDS))
         self.result["run_seconds"] = round(time.monotonic() - started, 1)
         return self.result

@@ -65,6 +65,7 @@ from bench.runner import (
     phase_timeout,
     run_header,
     settled,
+    with_scheduler,
 )
 from e2e.controlplane import ControlPlane, start
 
@@ -312,8 +313,8 @@ class UpstreamRun:
         self.result: dict[str, Any] = {**run_header(contender), "repetition": repetition}
 
     def start_plane(self) -> ControlPlane:
-        """This run's control plane (blocking: run it in a thread)."""
-        return start(
+        """This run's control plane, its scheduler launched (blocking: run it in a thread)."""
+        plane = start(
             self.workdir,
             extra_apiserver_args=self.plan.apiserver_args(),
             kcm=self.plan.needs_kcm,
@@ -322,6 +323,7 @@ class UpstreamRun:
             extra_kcm_args=self.plan.kcm_args(),
             **self.contender.plane_kwargs(self.workdir),
         )
+        return with_scheduler(plane, self.contender)
 
     async def execute(
         self, plane_task: asyncio.Future[ControlPlane] | None = None, settle: Sequence[asyncio.Future[Any]] = ()
@@ -342,6 +344,7 @@ class UpstreamRun:
         try:
             await self._run(plane, settle)
         finally:
+            self.contender.discard(plane)
             self.stopping = asyncio.create_task(asyncio.to_thread(plane.stop, STOP_GRACE_SECONDS))
         self.result["run_seconds"] = round(time.monotonic() - started, 1)
         return self.result

@@ -762,6 +762,33 @@ async def test_planes_start_one_at_a_time_and_outside_measured_phases(tmp_path: 
     assert not (tmp_path / "b" / "etcd").exists()
 
 
+def test_a_plane_whose_scheduler_fails_to_launch_is_stopped() -> None:
+    from bench.runner import with_scheduler
+
+    class Plane:
+        stops: list[float] = []
+
+        def stop(self, grace: float) -> None:
+            self.stops.append(grace)
+
+    class Failing:
+        def launch(self, plane: Any) -> None:
+            raise RuntimeError("usher /readyz: timed out")
+
+    class Launching:
+        launched: list[Any] = []
+
+        def launch(self, plane: Any) -> None:
+            self.launched.append(plane)
+
+    plane = Plane()
+    assert with_scheduler(plane, Launching()) is plane  # type: ignore[arg-type]
+    assert Launching.launched == [plane] and plane.stops == []
+    with pytest.raises(RuntimeError, match="readyz"):
+        with_scheduler(plane, Failing())  # type: ignore[arg-type]
+    assert len(plane.stops) == 1, "the plane is stopped: no run will ever own it"
+
+
 def test_the_report_judges_each_upstream_target_from_the_medians() -> None:
     from bench import report
     from bench.upstream import summarize
