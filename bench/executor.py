@@ -790,7 +790,7 @@ class Executor:
             resource = await self._resource(body["apiVersion"], body["kind"])
             await self._create_retrying(resource.collection(namespace), body)
 
-        await run_all(range(count), create, 8)
+        await run_all(range(count), create, CREATE_WORKERS)
 
     async def _update_any(self, op: Op) -> None:
         namespace, template, count = await self._any(op)
@@ -902,6 +902,7 @@ async def allocate_claims(api: Api, namespace: str, rng: random.Random) -> None:
     inventory = Inventory.build(state.slices.values())
     evaluate = SelectorResults()
     logger.info("allocating %d ResourceClaims", len(pending))
+    writes: list[tuple[str, dict[str, Any]]] = []
     for i, raw in enumerate(pending):
         meta = raw["metadata"]
         claim = state.claim(claim_key(meta["namespace"], meta["name"]))
@@ -917,14 +918,19 @@ async def allocate_claims(api: Api, namespace: str, rng: random.Random) -> None:
                 raise RuntimeError(f"allocate claim {meta['name']}: {outcome.error}")
             if outcome.ok:
                 allocation = outcome.allocations[claim.uid].status_allocation()
+                # The next claims' choices count this one's devices as taken, as once it is written.
+                state.on_claim(False, {**raw, "status": {**(raw.get("status") or {}), "allocation": allocation}})
                 path = f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}/status"
-                updated = await api.request(
-                    "PATCH", path, {"status": {"allocation": allocation}}, content_type=MERGE_PATCH
-                )
-                state.assume(updated)
+                writes.append((path, {"status": {"allocation": allocation}}))
                 break
         else:
             raise RuntimeError(f"could not allocate claim {i} out of {len(pending)}")
+
+    async def write(item: tuple[str, dict[str, Any]]) -> None:
+        await api.request("PATCH", item[0], item[1], content_type=MERGE_PATCH)
+
+    # Upstream writes them one after another; the outcome is the same, and 2,500 round trips in a row took 13 s.
+    await run_all(writes, write, CREATE_WORKERS)
 
 
 __all__ = [
