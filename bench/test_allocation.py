@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.executor import allocate_claims
-from bench.kube import Api
+from bench.kube import Api, ApiError
 from e2e.controlplane import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -77,13 +77,14 @@ async def test_every_claim_gets_a_device_of_its_own(control_plane: Cluster, name
             await allocate_claims(api, namespace, random.Random(1))
 
             claims = (await api.request("GET", claims_path))["items"]
+            allocations = [(claim.get("status") or {}).get("allocation") or {} for claim in claims]
             allocated = [
                 (result["pool"], result["device"])
-                for claim in claims
-                for result in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+                for allocation in allocations
+                for result in allocation.get("devices", {}).get("results", [])
             ]
             assert len(claims) == NODES * DEVICES_PER_NODE
-            assert all((c.get("status") or {}).get("allocation") for c in claims), "every claim is allocated"
+            assert all(allocations), "every claim is allocated"
             assert len(allocated) == len(claims)
             assert [d for d, n in Counter(allocated).items() if n > 1] == [], "no device is given twice"
             assert set(allocated) == {(node, f"dev-{i}") for node in nodes for i in range(DEVICES_PER_NODE)}
@@ -95,8 +96,6 @@ async def test_every_claim_gets_a_device_of_its_own(control_plane: Cluster, name
 
 
 async def _delete(api: Api, path: str) -> None:
-    from bench.kube import ApiError
-
     try:
         await api.request("DELETE", path)
     except ApiError as error:
