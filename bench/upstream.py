@@ -100,9 +100,6 @@ USHER_LACKS: dict[str, str] = {
     "ExtendedResource": "extended resources backed by DRA device classes (DRAExtendedResource): "
     "'Insufficient example.com/gpu-0'",
     "ExtendedResourceScoring": "extended resources backed by DRA device classes (DRAExtendedResource)",
-    "Partitionable": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices): "
-    "'cannot allocate all claims'",
-    "PartitionableBacktracking": "partitionable devices, counter sets and consumesCounters (DRAPartitionableDevices)",
 }
 
 # --------------------------------------------------------------------------- what each scheduler gets

@@ -46,6 +46,42 @@ def node_slice(node: str, devices: int, *, model: str = "a100", memory: str = "4
     }
 
 
+def partitioned_slices(node: str, memory: str, partitions: dict[str, str]) -> list[dict[str, Any]]:
+    """One device carved into partitions (DRAPartitionableDevices): a slice offering the device's ``memory`` as a
+    shared counter, and a slice of partitions, each consuming the memory given; one pool of two slices."""
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    counters = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-counters"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": pool,
+            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
+        },
+    }
+    devices = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-partitions"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": pool,
+            "devices": [
+                {
+                    "name": name,
+                    "capacity": {"memory": {"value": size}},
+                    "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": size}}}],
+                }
+                for name, size in partitions.items()
+            ],
+        },
+    }
+    return [counters, devices]
+
+
 def claim_spec(device_class_name: str, selector: str | None = None) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": device_class_name}
     if selector:
@@ -86,6 +122,11 @@ class Driver:
         body = node_slice(node, devices)
         self.resource.create_resource_slice(body)
         self.slices.append(body["metadata"]["name"])
+
+    def publish_partitions(self, node: str, memory: str, partitions: dict[str, str]) -> None:
+        for body in partitioned_slices(node, memory, partitions):
+            self.resource.create_resource_slice(body)
+            self.slices.append(body["metadata"]["name"])
 
     def cleanup(self) -> None:
         for name in self.slices:

@@ -144,6 +144,57 @@ def test_deleting_a_bound_pod_frees_its_device_for_a_waiting_pod(
     wait_for(lambda: core_api.read_namespaced_pod("next", namespace).spec.node_name, 60, "the freed device reused")
 
 
+def test_partitions_of_one_device_are_allocated_while_its_memory_lasts(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    """DRAPartitionableDevices: two 20Gi halves and the 40Gi whole of one 40Gi device. The halves go to the first
+    two pods; the third waits for the whole until both halves are freed, then gets it."""
+    node = kwok_nodes("mig")
+    driver.publish_partitions(node, "40Gi", {"half-0": "20Gi", "half-1": "20Gi", "whole": "40Gi"})
+    driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("one-gpu", driver.class_name))
+    scheduler = usher()
+
+    def device_of(pod: str) -> str | None:
+        for item in claims_in(driver.resource, namespace):
+            reserved = (item.get("status") or {}).get("reservedFor") or []
+            if any(r["name"] == pod for r in reserved):
+                [result] = item["status"]["allocation"]["devices"]["results"]
+                return str(result["device"])
+        return None
+
+    for name in ("first", "second"):
+        core_api.create_namespaced_pod(namespace, claim_pod(name, scheduler.scheduler_name, template="one-gpu"))
+        wait_for(lambda n=name: core_api.read_namespaced_pod(n, namespace).spec.node_name, 30, f"{name} bound")
+    assert {device_of("first"), device_of("second")} == {"half-0", "half-1"}
+    core_api.create_namespaced_pod(namespace, claim_pod("third", scheduler.scheduler_name, template="one-gpu"))
+
+    def waiting() -> bool:
+        conditions = core_api.read_namespaced_pod("third", namespace).status.conditions or []
+        return any(
+            c.type == "PodScheduled" and c.reason == "Unschedulable" and "cannot allocate all claims" in c.message
+            for c in conditions
+        )
+
+    wait_for(waiting, 30, "the third pod unschedulable: the halves hold all of the memory")
+
+    def failed_attempts() -> float:
+        return scheduler.metric("scheduler_schedule_attempts_total", result="unschedulable")
+
+    before = failed_attempts()
+    core_api.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+    # kube-controller-manager deallocates the first pod's claim (freed devices retry every waiting pod): 20Gi are
+    # free, still short of the whole, so the retry fails again.
+    wait_for(lambda: failed_attempts() > before, 60, "the third pod tried again once the first half was freed")
+    assert core_api.read_namespaced_pod("third", namespace).spec.node_name is None
+    core_api.delete_namespaced_pod("second", namespace, grace_period_seconds=0)
+    wait_for(lambda: core_api.read_namespaced_pod("third", namespace).spec.node_name == node, 60, "third bound")
+    assert device_of("third") == "whole"
+
+
 def allocate_elsewhere(resource: kubernetes.client.ResourceV1Api, namespace: str, name: str, node: str) -> None:
     """Give the claim an allocation of ``node``'s first device, reserved for nobody, as a scheduler that then lost
     its pod would leave it (kube-controller-manager deallocates only when the last reservation goes)."""

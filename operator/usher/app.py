@@ -173,7 +173,9 @@ def build_scheduler(
     cache = Cache(pod_groups=PodGroupStates(enabled=gangs, topology=gates.topology_aware_workload_scheduling))
     waiting_pods = WaitingPods()
     nominator = Nominator()
-    dra = DraState(workload_claims=gangs and gates.dra_workload_resource_claims)
+    dra = DraState(
+        workload_claims=gangs and gates.dra_workload_resource_claims, partitionable=gates.dra_partitionable_devices
+    )
     volumes = volumes or VolumeState()
     evictions = Evictions()
     handle = PluginHandle(

@@ -73,6 +73,15 @@ class FeatureGates:
             "on in usher, off by default in kube-scheduler)"
         ),
     )
+    dra_partitionable_devices: bool = _gate(
+        "DRAPartitionableDevices",
+        default=True,
+        stage="Beta",
+        description=(
+            "allocate devices that consume a pool's shared counters (sharedCounters, consumesCounters) while the "
+            "counters last, and honour per-device node selection; off: such slices are ignored"
+        ),
+    )
     dra_workload_resource_claims: bool = _gate(
         "DRAWorkloadResourceClaims",
         default=True,

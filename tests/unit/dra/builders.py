@@ -38,9 +38,11 @@ def device(
     selector: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     attrs: Mapping[str, Any] | None = None,
+    consumes: Mapping[str, Mapping[str, str]] | None = None,
     **attributes: Any,
 ) -> dict[str, Any]:
-    """A device entry: keyword attributes are bare ids (``numa=0``), ``attrs`` any names (``{"x.io/numa": 0}``)."""
+    """A device entry: keyword attributes are bare ids (``numa=0``), ``attrs`` any names (``{"x.io/numa": 0}``),
+    ``consumes`` its ``consumesCounters`` (counter set -> counter -> quantity)."""
     entry: dict[str, Any] = {"name": name}
     named = {**attributes, **(attrs or {})}
     if named:
@@ -53,6 +55,11 @@ def device(
         entry["allNodes"] = True
     if selector is not None:
         entry["nodeSelector"] = selector
+    if consumes:
+        entry["consumesCounters"] = [
+            {"counterSet": name, "counters": {c: {"value": v} for c, v in counters.items()}}
+            for name, counters in consumes.items()
+        ]
     entry.update(extra or {})
     return entry
 
@@ -106,6 +113,13 @@ class SliceBuilder:
 
     def per_device(self) -> Self:
         self._slice["spec"]["perDeviceNodeSelection"] = True
+        return self
+
+    def counters(self, name: str, **counters: str) -> Self:
+        """A ``sharedCounters`` entry: counter set ``name`` offering ``counter=quantity``."""
+        self._slice["spec"].setdefault("sharedCounters", []).append(
+            {"name": name, "counters": {c: {"value": v} for c, v in counters.items()}}
+        )
         return self
 
     def device(self, name: str, **kwargs: Any) -> Self:

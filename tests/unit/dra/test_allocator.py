@@ -17,6 +17,7 @@ import pytest
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice, node_selector, sub_request
 from usher.core.dra.allocation import (
     REASON_CANNOT_ALLOCATE,
+    REASON_INVALID_POOLS,
     REASON_TIMED_OUT,
     AllocationOutcome,
     Inventory,
@@ -27,6 +28,7 @@ from usher.core.dra.allocation import (
 from usher.core.dra.model import Device, DeviceId, Version, parse_claim, parse_class, parse_slice
 
 CANNOT = REASON_CANNOT_ALLOCATE
+INVALID = REASON_INVALID_POOLS
 OTHER = "other.io"
 
 
@@ -78,6 +80,7 @@ def run(
     deadline: float | None = None,
     timeout: float | None = None,
     now: Any = frozen_clock,
+    partitionable: bool = True,
 ) -> AllocationOutcome:
     """Allocate on ``node``; ``in_use`` names devices of pool-1 of the default driver."""
     parsed_classes = [parse_class(c) for c in classes] or [parse_class(make_class().obj())]
@@ -85,7 +88,7 @@ def run(
         plan_claims([parse_claim(c) for c in claims], {c.name: c for c in parsed_classes}),
         node_name=node,
         node_labels=labels or {},
-        inventory=Inventory.build(parse_slice(s) for s in slices),
+        inventory=Inventory.build((parse_slice(s) for s in slices), partitionable=partitionable),
         in_use={DeviceId(DRIVER, "pool-1", name) for name in in_use},
         evaluate=evaluate or FakeCel(),
         deadline=deadline,
@@ -339,8 +342,17 @@ def test_each_claim_of_a_pod_gets_its_own_node_selector() -> None:
         pytest.param(
             [claim()],
             [make_slice().node("n1").pool("pool-1", count=2).device("gpu-0").obj()],
-            [["gpu-0"]],
-            id="an incomplete pool still serves ExactCount",
+            CANNOT,
+            id="nothing is allocated from an incomplete pool",
+        ),
+        pytest.param(
+            [claim()],
+            [
+                make_slice().node("n1").pool("pool-1", count=2).device("gpu-0").device("gpu-0").obj(),
+                make_slice().name("other").node("n1").pool("pool-2").device("gpu-1").obj(),
+            ],
+            [["gpu-1"]],
+            id="an incomplete pool is passed over and never judged invalid",
         ),
         pytest.param(
             [claim(mode="All")],
@@ -363,8 +375,18 @@ def test_each_claim_of_a_pod_gets_its_own_node_selector() -> None:
                 make_slice().name("a").node("n1").pool("pool-1", count=2).device("gpu-0").obj(),
                 make_slice().name("b").node("n1").pool("pool-1", count=2).device("gpu-0").obj(),
             ],
-            Error("pool gpu.example.com/pool-1 is invalid: duplicate device name gpu-0"),
-            id="duplicate device names make picking from the pool an error",
+            INVALID,
+            id="duplicate device names make the pool invalid: no solution says so, and is no error",
+        ),
+        pytest.param(
+            [claim()],
+            [
+                make_slice().name("a").node("n1").pool("pool-1", count=2).device("gpu-0").obj(),
+                make_slice().name("b").node("n1").pool("pool-1", count=2).device("gpu-0").obj(),
+                make_slice().name("c").node("n1").pool("pool-2").device("gpu-9").obj(),
+            ],
+            [["gpu-9"]],
+            id="an invalid pool is passed over when another pool serves the claim",
         ),
         pytest.param(
             [claim(mode="All")],
@@ -386,6 +408,12 @@ def test_each_claim_of_a_pod_gets_its_own_node_selector() -> None:
             [local("gpu-0"), make_slice().node("n1").pool("pool-2").device("x").device("x").obj()],
             [["gpu-0"]],
             id="an invalid pool the search never reaches is no error",
+        ),
+        pytest.param(
+            [claim(2)],
+            [local("gpu-0"), make_slice().node("n1").pool("pool-2").device("x").device("x").obj()],
+            INVALID,
+            id="no solution on a node that sees an invalid pool names the invalid pools",
         ),
     ],
 )
@@ -460,22 +488,173 @@ def big_or_small(name: str = "gpu", big: int = 2) -> dict[str, Any]:
         ),
         pytest.param(
             [claim()],
-            [
-                make_slice()
-                .node("n1")
-                .device("bound", extra={"bindingConditions": ["attached"]})
-                .device("counted", extra={"consumesCounters": [{"counterSet": "s", "counters": {}}]})
-                .device("plain")
-                .obj()
-            ],
+            [make_slice().node("n1").device("bound", extra={"bindingConditions": ["attached"]}).device("plain").obj()],
             [],
             [["plain"]],
-            id="devices with binding conditions or counters are skipped while those features are off",
+            id="devices with binding conditions are skipped while that feature is off",
         ),
     ],
 )
 def test_requests(claims: list[dict[str, Any]], slices: list[dict[str, Any]], in_use: list[str], expected: Any) -> None:
     check(run(claims, slices, in_use=in_use), claims, expected)
+
+
+# ---------------------------------------------------------------- partitionable devices (DRAPartitionableDevices)
+
+
+def counter_slice(node: str = "n1", *, name: str = "counters", count: int = 2, **counters: str) -> dict[str, Any]:
+    """The pool's slice of shared counters (no devices), as drivers publish it beside the devices' slice."""
+    return make_slice().name(name).node(node).pool("pool-1", count=count).counters("set", **counters).obj()
+
+
+def partitions(*devices: tuple[str, dict[str, str]], node: str = "n1", count: int = 2) -> dict[str, Any]:
+    """The pool's device slice: each device consumes the given counters of counter set ``set``."""
+    builder = make_slice().name("devices").node(node).pool("pool-1", count=count)
+    for name, consumed in devices:
+        builder.device(name, consumes={"set": consumed})
+    return builder.obj()
+
+
+#: scheduler_perf's Partitionable: four counters of 1; two devices of two counters each.
+HALVES = [
+    counter_slice(counter1="1", counter2="1", counter3="1", counter4="1"),
+    partitions(("device-1", {"counter1": "1", "counter2": "1"}), ("device-2", {"counter3": "1", "counter4": "1"})),
+]
+#: Three partitions over three counters, the middle one overlapping both others.
+OVERLAP = [
+    counter_slice(a="1", b="1", c="1"),
+    partitions(("left", {"a": "1", "b": "1"}), ("middle", {"b": "1"}), ("right", {"c": "1"})),
+]
+
+
+def backtracking() -> list[dict[str, Any]]:
+    """scheduler_perf's PartitionableBacktracking: 70Gi of memory, eight cpus; device 1 needs 20Gi, 2-8 10Gi."""
+    counters = (
+        make_slice()
+        .name("counters")
+        .node("n1")
+        .pool("pool-1", count=2)
+        .counters("mem", mem="70Gi")
+        .counters("cpus", **{f"cpu{i}": "1" for i in range(1, 9)})
+        .obj()
+    )
+    devices = make_slice().name("devices").node("n1").pool("pool-1", count=2).obj()
+    for i in range(1, 9):
+        consumes = {"mem": {"mem": "20Gi" if i == 1 else "10Gi"}, "cpus": {f"cpu{i}": "1"}}
+        devices["spec"]["devices"].append(
+            {
+                "name": f"dev-{i}",
+                "consumesCounters": [
+                    {"counterSet": name, "counters": {c: {"value": v} for c, v in used.items()}}
+                    for name, used in consumes.items()
+                ],
+            }
+        )
+    return [counters, devices]
+
+
+@pytest.mark.parametrize(
+    ("claims", "slices", "in_use", "expected"),
+    [
+        pytest.param([claim(2)], HALVES, [], [["device-1", "device-2"]], id="partitions whose counters add up"),
+        pytest.param([claim(), claim()], HALVES, [], [["device-1"], ["device-2"]], id="two claims share the counters"),
+        pytest.param([claim(2)], HALVES, ["device-1"], CANNOT, id="a partition in use keeps its counters"),
+        pytest.param([claim(2)], OVERLAP, [], [["left", "right"]], id="the search backtracks over counters"),
+        pytest.param([claim()], OVERLAP, ["left"], [["right"]], id="counters a device in use holds are taken"),
+        pytest.param([claim(3)], OVERLAP, [], CANNOT, id="overlapping partitions never all fit"),
+        pytest.param(
+            [claim(7)],
+            backtracking(),
+            [],
+            [[f"dev-{i}" for i in range(2, 9)]],
+            id="seven of eight partitions: the one combination that fits the memory",
+        ),
+        pytest.param(
+            [claim()],
+            [counter_slice(a="1"), partitions(("big", {"a": "2"}), ("small", {"a": "1"}))],
+            [],
+            [["small"]],
+            id="a partition asking more than the counter holds is never taken",
+        ),
+        pytest.param(
+            [claim()],
+            [counter_slice(a="1"), partitions(("over", {"a": "1"}), ("free", {}))],
+            ["over"],
+            [["free"]],
+            id="a partition consuming nothing is taken while no counter is overdrawn",
+        ),
+        pytest.param(
+            [claim()],
+            [counter_slice(a="0.5"), partitions(("p", {"a": "500m"}))],
+            [],
+            [["p"]],
+            id="counters are quantities",
+        ),
+    ],
+)
+def test_partitionable_devices(
+    claims: list[dict[str, Any]], slices: list[dict[str, Any]], in_use: list[str], expected: Any
+) -> None:
+    check(run(claims, slices, in_use=in_use), claims, expected)
+
+
+def test_a_pool_whose_devices_in_use_overdraw_a_counter_gives_no_partition() -> None:
+    # kube's checkAvailableCounters: every counter of the pool must stay at zero or above after the pick.
+    slices = [counter_slice(a="1", b="1"), partitions(("x", {"a": "1"}), ("y", {"a": "1"}), ("z", {"b": "1"}))]
+    claims = [claim()]
+    check(run(claims, slices, in_use=["x", "y"]), claims, CANNOT)
+
+
+@pytest.mark.parametrize(
+    ("slices", "expected"),
+    [
+        pytest.param(
+            [counter_slice(a="1"), partitions(("p", {"b": "1"}))],
+            INVALID,
+            id="a counter the set does not offer",
+        ),
+        pytest.param(
+            [
+                counter_slice(a="1"),
+                make_slice()
+                .name("devices")
+                .node("n1")
+                .pool("pool-1", count=2)
+                .device("p", consumes={"other": {"a": "1"}})
+                .obj(),
+            ],
+            INVALID,
+            id="a counter set the pool does not offer",
+        ),
+        pytest.param(
+            [
+                make_slice().name("c1").node("n1").pool("pool-1", count=3).counters("set", a="1").obj(),
+                make_slice().name("c2").node("n1").pool("pool-1", count=3).counters("set", a="1").obj(),
+                make_slice().name("devices").node("n1").pool("pool-1", count=3).device("p").obj(),
+            ],
+            INVALID,
+            id="a counter set named twice",
+        ),
+        pytest.param([partitions(("p", {"a": "1"}))], CANNOT, id="counters not published yet: incomplete, not invalid"),
+    ],
+)
+def test_pools_with_broken_counters_are_passed_over(slices: list[dict[str, Any]], expected: str) -> None:
+    claims = [claim()]
+    check(run(claims, slices), claims, expected)
+    # A valid pool on the node still serves the claim.
+    other = make_slice().name("other").node("n1").pool("pool-2").device("gpu-9").obj()
+    check(run(claims, [*slices, other]), claims, [["gpu-9"]])
+
+
+def test_without_the_gate_partitions_and_counter_slices_are_ignored() -> None:
+    claims = [claim()]
+    # The counter slice is ignored, so the pool (two slices) is incomplete: nothing is allocated from it.
+    check(run(claims, HALVES, partitionable=False), claims, CANNOT)
+    plain = make_slice().node("n1").device("counted", consumes={"set": {"a": "1"}}).device("plain").obj()
+    check(run(claims, [plain], partitionable=False), claims, [["plain"]])
+    per_device = make_slice().name("pd").pool("pool-2").per_device().device("reach", node="n1").obj()
+    check(run(claims, [per_device], partitionable=False), claims, CANNOT)
+    check(run(claims, [per_device]), claims, [["reach"]])
 
 
 @pytest.mark.parametrize(

@@ -30,12 +30,15 @@ CLASSES = {
 }
 
 
-def _device(rnd: random.Random, name: str) -> dict[str, Any]:
+def _device(rnd: random.Random, name: str, counted: bool = False) -> dict[str, Any]:
+    """``counted``: the pool offers counter set "cs" (a partition then consumes it half the time; elsewhere a device
+    that consumes it, now and then, makes its pool invalid)."""
     entry: dict[str, Any] = {"name": name, "attributes": {"numa": {"int": rnd.randint(0, 1)}}}
     if rnd.random() < 0.9:
         entry["attributes"]["model"] = {"string": rnd.choice(["a100", "h100"])}
-    if rnd.random() < 0.05:
-        entry["consumesCounters"] = [{"counterSet": "cs", "counters": {"mem": {"value": "1"}}}]
+    if rnd.random() < (0.5 if counted else 0.05):
+        amount = str(rnd.randint(1, 2))
+        entry["consumesCounters"] = [{"counterSet": "cs", "counters": {"mem": {"value": amount}}}]
     return entry
 
 
@@ -46,15 +49,21 @@ def _cluster(rnd: random.Random, handle: FakeHandle) -> tuple[list[NodeInfo], li
     nodes = [f"n{i}" for i in range(rnd.randint(1, 6))]
     for node in nodes:
         cache.add_or_update_node(make_node().name(node).label("zone", rnd.choice(["a", "b"])).obj())
-        for s in range(rnd.choice([1, 1, 1, 2])):
-            builder = make_slice().name(f"{node}-s{s}").driver(DRIVER).pool(node, count=1).node(node)
+        slices = rnd.choice([1, 1, 1, 2])
+        counted = rnd.random() < 0.3  # a slice of shared counters too (partitionable devices)
+        count = slices + counted + (rnd.random() < 0.05)  # now and then a slice still missing: incomplete
+        for s in range(slices):
+            builder = make_slice().name(f"{node}-s{s}").driver(DRIVER).pool(node, count=count).node(node)
             names = [f"d{s}-{d}" for d in range(rnd.randint(0, 5))]
             if rnd.random() < 0.05 and names:
                 names.append(names[0])  # a duplicate device name: the pool is invalid
             for name in names:
-                builder.raw_device(_device(rnd, name))
+                builder.raw_device(_device(rnd, name, counted))
                 devices.append((node, name, node))
             handle.dra.on_slice(False, builder.obj())
+        if counted:
+            counters = make_slice().name(f"{node}-c").driver(DRIVER).pool(node, count=count).node(node)
+            handle.dra.on_slice(False, counters.counters("cs", mem=str(rnd.randint(0, 4))).obj())
     if rnd.random() < 0.3:
         builder = make_slice().name("shared").driver(DRIVER).pool("shared").all_nodes()
         for d in range(rnd.randint(1, 3)):

@@ -23,6 +23,7 @@ from usher.core.clock import FakeClock
 from usher.core.cycle import schedule
 from usher.core.dra.cel import DeviceInput, SelectorEvaluator
 from usher.core.dra.matching import SelectorResults
+from usher.core.dra.model import DeviceId
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
@@ -267,6 +268,56 @@ def test_a_missing_device_class_holds_the_pod(handle: FakeHandle, cache: Cache) 
     _, _, node, result = cycle(only_dra(handle), cache, claim_pod("p", claim="c"))
     assert node is None
     assert result.pre_filter_message == "request gpu: device class nonexistent does not exist"
+
+
+def test_an_invalid_pool_rejects_its_node_unless_another_pool_fits(handle: FakeHandle, cache: Cache) -> None:
+    """kube-scheduler v1.37 passes over invalid pools while it searches and, with no solution on the node, rejects
+    it with "invalid resource pools were encountered" (Unschedulable, not an Error that ends the attempt)."""
+    fw = only_dra(handle)
+    broken = make_slice().name("n1-s").driver(DRIVER).pool("n1").node("n1").device("gpu0").device("gpu0").obj()
+    handle.dra.on_slice(False, broken)
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", CLASS, count=2).obj())
+    _, _, node, result = cycle(fw, cache, claim_pod("p", claim="c"))
+    assert node == "n2"
+    for attempt in range(2):  # the second attempt answers from what the first remembered
+        handle.dra.on_claim(False, make_claim().name(f"c{attempt}").request("gpu", CLASS, count=2).obj())
+        _, _, node, result = cycle(fw, cache, claim_pod(f"q{attempt}", claim=f"c{attempt}"))
+        assert node is None
+        assert result.node_statuses["n1"].message == "invalid resource pools were encountered"
+        assert result.node_statuses["n2"].message == "cannot allocate all claims"
+        assert {s.code for s in result.node_statuses.values()} == {Code.UNSCHEDULABLE_AND_UNRESOLVABLE}
+
+
+def test_partitions_in_flight_hold_their_counters_for_the_next_pod(handle: FakeHandle, cache: Cache) -> None:
+    """Partitions of one device on n1: "ab" takes both counters, so neither "b" nor "a" is left for the next pods,
+    though nothing is written yet (the first pod's allocation is in flight)."""
+    fw = only_dra(handle)
+    for node in ("n1", "n2"):
+        handle.dra.on_slice(False, make_slice().name(f"{node}-s").driver(DRIVER).pool(node).node(node).obj())
+    handle.dra.on_slice(
+        False, make_slice().name("n1-c").driver(DRIVER).pool("p", count=2).node("n1").counters("s", a="1", b="1").obj()
+    )
+    handle.dra.on_slice(
+        False,
+        make_slice()
+        .name("n1-d")
+        .driver(DRIVER)
+        .pool("p", count=2)
+        .node("n1")
+        .device("ab", consumes={"s": {"a": "1", "b": "1"}})
+        .device("b", consumes={"s": {"b": "1"}})
+        .device("a", consumes={"s": {"a": "1"}})
+        .obj(),
+    )
+    handle.dra.on_claim(False, make_claim().name("one").request("gpu", CLASS).obj())
+    _, _, node, _ = cycle(fw, cache, claim_pod("one", claim="one"))
+    assert node == "n1"
+    assert set(handle.dra.in_use()) == {DeviceId(DRIVER, "p", "ab")}
+    for name in ("two", "three"):
+        handle.dra.on_claim(False, make_claim().name(name).request("gpu", CLASS).obj())
+        _, _, node, result = cycle(fw, cache, claim_pod(name, claim=name))
+        assert node is None
+        assert result.node_statuses["n1"].message == "cannot allocate all claims"
 
 
 # ---------------------------------------------------------------------- remembered selector answers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -88,6 +89,27 @@ def test_per_device_node_access_and_alpha_features_are_read_per_device() -> None
     assert (a.has_binding_conditions, d.has_binding_conditions, d.consumes_counters) == (False, True, True)
 
 
+def test_shared_counters_and_their_consumption_are_read_as_quantities() -> None:
+    raw = (
+        make_slice()
+        .node("n1")
+        .counters("mem", memory="80Gi")
+        .counters("cores", a="1", b="500m")
+        .device("half", consumes={"mem": {"memory": "40Gi"}, "cores": {"a": "1"}})
+        .device("whole")
+        .obj()
+    )
+    parsed = parse_slice(raw)
+    assert parsed.shared_counters == (
+        ("mem", {"memory": Decimal(80 * 2**30)}),
+        ("cores", {"a": Decimal(1), "b": Decimal("0.5")}),
+    )
+    half, whole = parsed.devices
+    assert half.counters == ((("mem", "memory"), Decimal(40 * 2**30)), (("cores", "a"), Decimal(1)))
+    assert (half.counter_sets, half.consumes_counters) == (("mem", "cores"), True)
+    assert (whole.counters, whole.counter_sets, whole.consumes_counters) == ((), (), False)
+
+
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     """A mutation of a raw object at a dotted path (list indices as numbers)."""
 
@@ -143,6 +165,24 @@ _DELETE = object()
             id="a capacity without value",
         ),
         pytest.param(_set("spec.devices.0.name", ""), "spec.devices[0].name", id="a device without name"),
+        pytest.param(
+            _set("spec.sharedCounters", [{"name": "s", "counters": {"c": {"value": "lots"}}}]),
+            "spec.sharedCounters[0].counters['c'].value: invalid quantity",
+            id="a shared counter that is no quantity",
+        ),
+        pytest.param(
+            _set("spec.sharedCounters", [{"counters": {}}]), "spec.sharedCounters[0].name", id="a nameless counter set"
+        ),
+        pytest.param(
+            _set("spec.devices.0.consumesCounters", [{"counterSet": "s", "counters": {"c": {}}}]),
+            "spec.devices[0].consumesCounters[0].counters['c'].value: must be a quantity",
+            id="a consumed counter without value",
+        ),
+        pytest.param(
+            _set("spec.devices.0.consumesCounters", [{"counters": {}}]),
+            "spec.devices[0].consumesCounters[0].counterSet",
+            id="a consumption naming no counter set",
+        ),
     ],
 )
 def test_malformed_slices_name_the_field(mutate: Callable[[dict[str, Any]], None], field: str) -> None:

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple, TypeAlias
+
+from usher.core.resources import QuantityError, parse_quantity
 
 EXACT_COUNT = "ExactCount"
 ALL = "All"
@@ -42,6 +45,9 @@ class Version:
 
 
 AttributeValue: TypeAlias = int | bool | str | Version
+
+CounterUse: TypeAlias = tuple[tuple[str, str], Decimal]
+"""((counter set, counter), amount): what a partitionable device takes from its pool's shared counters."""
 
 
 class DeviceId(NamedTuple):
@@ -74,8 +80,12 @@ class Device:
     all_nodes: bool = False
     has_binding_conditions: bool = False
     """Uses DeviceBindingConditions (alpha, off): such devices are never selected."""
+    counters: tuple[CounterUse, ...] = ()
+    """``consumesCounters``, flattened (DRAPartitionableDevices): allocated only while the pool's counters last."""
+    counter_sets: tuple[str, ...] = ()
+    """The counter sets ``consumesCounters`` names (each must exist, even with no counter listed)."""
     consumes_counters: bool = False
-    """Uses PartitionableDevices counters (alpha, off): such devices are never allocated."""
+    """Whether ``consumesCounters`` has an entry (read for every device the search passes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +106,8 @@ class Slice:
     """``perDeviceNodeSelection``: each device says where it is reachable."""
     devices: tuple[Device, ...]
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    shared_counters: tuple[tuple[str, Mapping[str, Decimal]], ...] = ()
+    """``sharedCounters`` (DRAPartitionableDevices): counter set name -> counter -> amount, in the slice's order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +299,15 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         domain, ident = _split_name(key, driver)
         capacity.setdefault(domain, {})[ident] = str(amount)
     node_name, node_selector, all_nodes, _ = _node_access(spec, field) if per_device else (None, None, False, False)
+    counters: list[CounterUse] = []
+    counter_sets: list[str] = []
+    for i, use in enumerate(_list(spec.get("consumesCounters"), f"{field}.consumesCounters")):
+        use_field = f"{field}.consumesCounters[{i}]"
+        entry = _mapping(use, use_field)
+        counter_set = _string(entry.get("counterSet"), f"{use_field}.counterSet")
+        counter_sets.append(counter_set)
+        for counter, amount in _counters(entry.get("counters"), f"{use_field}.counters").items():
+            counters.append(((counter_set, counter), amount))
     return Device(
         name=name,
         attributes=attributes,
@@ -295,8 +316,24 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         node_selector=node_selector,
         all_nodes=all_nodes,
         has_binding_conditions=bool(spec.get("bindingConditions")),
-        consumes_counters=bool(spec.get("consumesCounters")),
+        counters=tuple(counters),
+        counter_sets=tuple(counter_sets),
+        consumes_counters=bool(counter_sets),
     )
+
+
+def _counters(raw: Any, field: str) -> dict[str, Decimal]:
+    """``counters``: name -> ``{value: quantity}``, as a counter set offers them or a device consumes them."""
+    out: dict[str, Decimal] = {}
+    for name, counter in _mapping(raw, field).items():
+        value = _mapping(counter, f"{field}[{name!r}]").get("value")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ModelError(f"{field}[{name!r}].value: must be a quantity, got {value!r}")
+        try:
+            out[str(name)] = parse_quantity(value)
+        except QuantityError as exc:
+            raise ModelError(f"{field}[{name!r}].value: {exc}") from exc
+    return out
 
 
 def _node_access(
@@ -334,6 +371,15 @@ def parse_slice(raw: Mapping[str, Any]) -> Slice:
         _device(d, f"spec.devices[{i}]", driver, per_device)
         for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
     )
+    shared: list[tuple[str, Mapping[str, Decimal]]] = []
+    for i, counter_set in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters")):
+        entry = _mapping(counter_set, f"spec.sharedCounters[{i}]")
+        shared.append(
+            (
+                _string(entry.get("name"), f"spec.sharedCounters[{i}].name"),
+                _counters(entry.get("counters"), f"spec.sharedCounters[{i}].counters"),
+            )
+        )
     return Slice(
         name=name,
         driver=driver,
@@ -346,6 +392,7 @@ def parse_slice(raw: Mapping[str, Any]) -> Slice:
         per_device=per_device,
         devices=devices,
         raw=raw,
+        shared_counters=tuple(shared),
     )
 
 

@@ -61,9 +61,11 @@ class DraState:
     Fed by watch events and by the DynamicResources plugin; see the module docstring for the rules.
     """
 
-    def __init__(self, *, workload_claims: bool = True) -> None:
+    def __init__(self, *, workload_claims: bool = True, partitionable: bool = True) -> None:
         self.workload_claims = workload_claims
         """DRAWorkloadResourceClaims: a PodGroup's claims are reserved for the group, not for each pod."""
+        self.partitionable = partitionable
+        """DRAPartitionableDevices: devices that consume a pool's shared counters are allocated while they last."""
         self._watched: dict[str, Claim] = {}
         self._assumed: dict[str, Claim] = {}
         self.slices: dict[str, Slice] = {}

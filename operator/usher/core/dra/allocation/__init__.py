@@ -21,15 +21,18 @@ Theory of operation, as kube-scheduler's DynamicResources plugin does it
    picked in this search; adminAccess requests ignore both, except that one
    claim never gets the same device twice. Class selectors, then request
    selectors, must be true; ``matchAttribute`` constraints must hold within
-   the claim. Meeting an invalid pool while looking for devices is an error.
-   The first complete solution wins. For claims of plain requests (ExactCount,
+   the claim; a device that consumes shared counters must leave no counter of
+   its pool below zero (DRAPartitionableDevices). Incomplete and invalid pools
+   give no devices; a node without a solution where a pool was invalid says
+   so (:data:`REASON_INVALID_POOLS`). The first complete solution wins. For claims of plain requests (ExactCount,
    no adminAccess, no constraint, no alternatives) the first descent needs no
    stack, and starts from the first free devices an earlier descent found in
    each pool while the pool's in-use version holds: a pool nothing was taken
    from or freed in since costs a lookup, not a walk. From the same memory,
    :func:`remembered_outcome` answers a node without a selector or a clock,
    and :func:`surely_unsatisfiable` rejects a node whose pools hold too few
-   free matching devices, without a search.
+   free matching devices, without a search. None of these shortcuts applies
+   where a visible pool's devices consume counters: the search counts them.
 5. Build each claim's ``status.allocation`` (:class:`Allocation`), when it is
    first read: results, configs (FromClass first, then FromClaim) and the node
    selector the devices imply. Filter finds a solution on every node, Reserve
@@ -39,10 +42,12 @@ Errors are raised where kube raises them while walking the claims in order
 (a missing class, then an ``All`` request's pools, then the claim's device
 count), so a plan keeps the error it met and each node replays the walk up to
 it. Outcomes mirror the plugin's Filter: no solution is "cannot allocate all
-claims", a passed deadline is "timed out trying to allocate devices" (both
-Unschedulable), and CEL errors, invalid pools or impossible requests are an
-error that aborts the scheduling attempt. The search is iterative (an explicit
-stack), so large claims cannot exhaust Python's recursion limit.
+claims" (or "invalid resource pools were encountered"), a passed deadline is
+"timed out trying to allocate devices" (both Unschedulable), and CEL errors,
+an ``All`` request meeting an invalid or incomplete pool, or impossible
+requests are an error that aborts the scheduling attempt. The search is
+iterative (an explicit stack), so large claims cannot exhaust Python's
+recursion limit.
 
 The modules, in the order of the steps:
 
@@ -61,6 +66,7 @@ The modules, in the order of the steps:
 
 from usher.core.dra.allocation.allocating import (
     REASON_CANNOT_ALLOCATE,
+    REASON_INVALID_POOLS,
     REASON_TIMED_OUT,
     AllocationOutcome,
     allocate,
@@ -74,6 +80,7 @@ from usher.core.dra.allocation.results import Allocation
 
 __all__ = [
     "REASON_CANNOT_ALLOCATE",
+    "REASON_INVALID_POOLS",
     "REASON_TIMED_OUT",
     "Allocation",
     "AllocationOutcome",

@@ -22,10 +22,19 @@ from usher.core.dra.allocation.search import Search
 from usher.core.dra.model import DeviceId
 from usher.core.selectors import SelectorError
 
-__all__ = ["REASON_CANNOT_ALLOCATE", "REASON_TIMED_OUT", "AllocationOutcome", "allocate", "remembered_outcome"]
+__all__ = [
+    "REASON_CANNOT_ALLOCATE",
+    "REASON_INVALID_POOLS",
+    "REASON_TIMED_OUT",
+    "AllocationOutcome",
+    "allocate",
+    "remembered_outcome",
+]
 
 REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 REASON_TIMED_OUT: Final = "timed out trying to allocate devices"
+REASON_INVALID_POOLS: Final = "invalid resource pools were encountered"
+"""No solution on a node where some pool was invalid (kube: ErrFailedAllocationOnNode, Unschedulable)."""
 
 
 class AllocationOutcome(NamedTuple):
@@ -39,7 +48,7 @@ class AllocationOutcome(NamedTuple):
     allocations: Mapping[str, Allocation] = MappingProxyType({})
     """Claim uid -> allocation, for every claim, when ok."""
     reason: str = ""
-    """Why not: REASON_CANNOT_ALLOCATE, REASON_TIMED_OUT, or the error text."""
+    """Why not: REASON_CANNOT_ALLOCATE, REASON_INVALID_POOLS, REASON_TIMED_OUT, or the error text."""
     error: str | None = None
     """Set when the attempt must abort (Error status) rather than try other nodes."""
 
@@ -96,7 +105,24 @@ _new_tuple: Final = tuple.__new__
 
 
 _NO_SOLUTION: Final = AllocationOutcome(ok=False, reason=REASON_CANNOT_ALLOCATE)
+_INVALID_POOLS: Final = AllocationOutcome(ok=False, reason=REASON_INVALID_POOLS)
 _NO_TIME: Final = AllocationOutcome(ok=False, reason=REASON_TIMED_OUT)
+
+
+def _no_solution(pools: Sequence[VisiblePool]) -> AllocationOutcome:
+    """No solution: kube's allocator skips invalid pools while it searches and names them only now."""
+    for visible in pools:
+        if visible.invalid:
+            return _INVALID_POOLS
+    return _NO_SOLUTION
+
+
+def _counted(pools: Sequence[VisiblePool]) -> bool:
+    """Whether a pool's devices consume shared counters: only the search counts them, so no shortcut applies."""
+    for visible in pools:  # noqa: SIM110 - per node in Filter; a loop over one or two pools beats any(genexpr)
+        if visible.pool.counted:
+            return True
+    return False
 
 
 def remembered_outcome(
@@ -109,14 +135,11 @@ def remembered_outcome(
     selector runs, no clock is read, no error can occur. None says nothing: allocate. Pure,
     apart from noting which pools must be walked next.
     """
-    if not plan.plain:
+    if not plan.plain or _counted(pools):
         return None
-    try:
-        descent = descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
-    except AbortError:
-        return None  # an invalid pool: allocate reports it
+    descent = descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
     if descent is False:
-        return _NO_SOLUTION
+        return _no_solution(pools)
     if descent is None or descent is True:
         return None
     return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
@@ -158,14 +181,14 @@ def allocate(
                 if recalled is not None:
                     return recalled
             deadline = now() + timeout  # work ahead: a walk or the search
-        if plan.plain:
+        if plan.plain and not _counted(pools):
             descent = None
             if use_versions is not None:
                 descent = descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
             if descent is None:
                 descent = descend(plan, pools, in_use, evaluate, deadline, now)
             if descent is False:
-                return _NO_SOLUTION
+                return _no_solution(pools)
             if descent is not True:
                 return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
         search = Search(plan, pools, in_use, Judge(evaluate, plan.memo, deadline, now))
@@ -178,7 +201,7 @@ def allocate(
     except AbortError as exc:
         return AllocationOutcome(ok=False, reason=str(exc), error=str(exc))
     if not found:
-        return _NO_SOLUTION
+        return _no_solution(pools)
     return AllocationOutcome(
         ok=True,
         allocations=_Allocations([(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims]),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping, Sequence
 
-from usher.core.dra.allocation.judging import AbortError, Evaluate, Judge, TimedOutError
+from usher.core.dra.allocation.judging import Evaluate, Judge, TimedOutError
 from usher.core.dra.allocation.planning import MAX_COUNTS, ClaimPlan, ClaimsPlan, FirstFree, PlannedRequest, Solution
 from usher.core.dra.allocation.pools import Candidate, VisiblePool
 from usher.core.dra.model import DeviceId
@@ -48,8 +48,8 @@ def descend(
             matches = request.matches
             found = None
             for visible in pools:
-                if visible.invalid:
-                    raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+                if visible.invalid or visible.pool.incomplete:
+                    continue
                 for candidate in visible.candidates:
                     if candidate in picked or candidate.id in in_use:
                         continue
@@ -103,11 +103,10 @@ def descend_remembered(
             kept = request.first_free
             found = None
             for visible in pools:
+                if visible.invalid or visible.pool.incomplete:
+                    continue
                 walk = kept.get(visible)
                 if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
-                    # Invalid pools get no walk: a walk found says the pool is valid.
-                    if visible.invalid:
-                        raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
                     if len(kept) >= MAX_COUNTS:
                         kept.clear()
                     walk = kept[visible] = FirstFree(use_versions.get(visible.pool.key, 0))
@@ -187,12 +186,14 @@ def surely_unsatisfiable(
     if not plan.checkable:
         return False
     for visible in pools:
-        if visible.invalid:
-            return False
+        if visible.invalid or visible.pool.counted:
+            return False  # the outcome names the invalid pools; counters need the search
     short = False
     for demand in plan.demands:
         free = 0
         for visible in pools:
+            if visible.pool.incomplete:
+                continue  # nothing is allocated from it
             version = use_versions.get(visible.pool.key, 0)
             known = demand.free.get(visible)
             if known is None or known[0] != version:

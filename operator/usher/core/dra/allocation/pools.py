@@ -11,7 +11,21 @@ costs only the slices that can matter to one node.
 Kube-scheduler gathers pools per node from the slices the node can see; the
 generation and slice count are taken over the whole pool here, as newer
 kube-scheduler releases do, so a pool spread over many nodes is not
-"incomplete" from each of them.
+"incomplete" from each of them. Nothing is allocated from an incomplete pool,
+and an incomplete pool is never judged invalid (kube-scheduler v1.37 builds no
+devices for it).
+
+Partitionable devices (DRAPartitionableDevices): a pool's ``sharedCounters``
+come from all its current slices, wherever they are visible, and every device
+of the pool that consumes counters is recorded with what it consumes, so the
+search can tell what the devices in use leave (:class:`Pool`). A pool whose
+counter sets repeat a name, or whose devices consume a counter set or counter
+it does not offer, is invalid. kube-scheduler also adds a slice of counter
+sets to every node's pools; here it is visible where its own node access
+reaches. It has no devices, so the only difference is which pools an ``All``
+request finds incomplete or invalid on other nodes. Without the gate, slices
+with counter sets or per-device node selection are left out (as in
+kube-scheduler) and devices that consume counters are never allocated.
 """
 
 from __future__ import annotations
@@ -19,8 +33,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
-from usher.core.dra.model import Device, DeviceId, Slice
+from usher.core.dra.model import CounterUse, Device, DeviceId, Slice
 from usher.core.selectors import SelectorError, node_selector_matches
 
 
@@ -42,7 +57,7 @@ class Candidate:
 class Pool:
     """All slices of one (driver, pool) at its newest generation."""
 
-    __slots__ = ("driver", "duplicates", "incomplete", "key", "name")
+    __slots__ = ("consumers", "counted", "counter_sets", "driver", "duplicates", "incomplete", "invalid", "key", "name")
 
     def __init__(self, driver: str, name: str, *, incomplete: bool) -> None:
         self.driver = driver
@@ -52,6 +67,42 @@ class Pool:
         self.incomplete = incomplete
         self.duplicates = False
         """Some device name occurs twice among all its slices (then checked again per node)."""
+        self.counter_sets: dict[str, dict[str, Decimal]] = {}
+        """``sharedCounters`` of all its slices: counter set -> counter -> amount."""
+        self.consumers: list[tuple[DeviceId, tuple[CounterUse, ...]]] = []
+        """Every device of the pool that consumes counters, visible from a node or not, and what it consumes."""
+        self.counted = False
+        """Some device consumes counters and DRAPartitionableDevices is on: the search must count them."""
+        self.invalid = ""
+        """Why the whole pool must not be allocated from (its counter sets), or ""; never set when incomplete."""
+
+    def record_counters(self, slices: Sequence[Slice]) -> None:
+        """Record the counter sets and their consumers; the first problem makes the pool invalid, in kube's order."""
+        for slice_ in slices:
+            for set_name, counters in slice_.shared_counters:
+                if set_name in self.counter_sets and not self.invalid:
+                    self.invalid = f"duplicate counter set name {set_name}"
+                self.counter_sets.setdefault(set_name, dict(counters))
+        for slice_ in slices:
+            for device in slice_.devices:
+                if not device.consumes_counters:
+                    continue
+                self.counted = True
+                if device.counters:
+                    self.consumers.append((DeviceId(self.driver, self.name, device.name), device.counters))
+                if self.invalid:
+                    continue
+                for set_name in device.counter_sets:
+                    if set_name not in self.counter_sets:
+                        self.invalid = f"counter set {set_name} not found"
+                        break
+                for (set_name, counter), _ in device.counters:
+                    if self.invalid:
+                        break
+                    if counter not in self.counter_sets[set_name]:
+                        self.invalid = f"counter {counter} not found in counter set {set_name}"
+        if self.incomplete:
+            self.invalid = ""  # kube-scheduler does not look into an incomplete pool
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.name}"
@@ -67,7 +118,7 @@ class _SliceEntry:
         self.pool = pool
         self.order = order
         self.candidates = tuple(Candidate(d, slice_, pool) for d in slice_.devices)
-        self.alone = VisiblePool(pool, self.candidates, _duplicate([self]))
+        self.alone = VisiblePool(pool, self.candidates, _invalid(pool, [self]))
         """The pool as seen by a node that reaches only this slice of it (the common case)."""
 
 
@@ -82,7 +133,9 @@ class VisiblePool:
     pool: Pool
     candidates: tuple[Candidate, ...]
     invalid: str
-    """Why the pool must not be allocated from ("duplicate device name X"), or ""."""
+    """Why the pool must not be allocated from ("duplicate device name X", its counter sets), or "".
+
+    Never set for an incomplete pool, from which nothing is allocated either."""
 
 
 def _device_reachable(device: Device, node_name: str, node_labels: Mapping[str, str]) -> bool:
@@ -112,9 +165,12 @@ class Inventory:
         self._seen_by_name: dict[str, tuple[VisiblePool, ...]] = {}
 
     @classmethod
-    def build(cls, slices: Iterable[Slice]) -> Inventory:
+    def build(cls, slices: Iterable[Slice], *, partitionable: bool = True) -> Inventory:
+        """``partitionable``: DRAPartitionableDevices, on by default as in kube-scheduler v1.37."""
         grouped: dict[tuple[str, str], list[Slice]] = defaultdict(list)
         for slice_ in slices:
+            if not partitionable and (slice_.per_device or slice_.shared_counters):
+                continue
             grouped[(slice_.driver, slice_.pool)].append(slice_)
         inventory = cls()
         order = 0
@@ -127,6 +183,9 @@ class Inventory:
                 for device in slice_.devices:
                     pool.duplicates |= device.name in names
                     names.add(device.name)
+            if partitionable:
+                pool.record_counters(current)
+            for slice_ in current:
                 entry = _SliceEntry(slice_, pool, order)
                 order += 1
                 if slice_.node_name is not None:
@@ -187,9 +246,16 @@ class Inventory:
             candidates: list[Candidate] = []
             for entry in group:
                 candidates.extend(per_device.get(entry.order, entry.candidates))
-            visible.append(VisiblePool(pool, tuple(candidates), _duplicate(group) if pool.duplicates else ""))
+            visible.append(VisiblePool(pool, tuple(candidates), _invalid(pool, group)))
             start = end
         return visible
+
+
+def _invalid(pool: Pool, entries: list[_SliceEntry]) -> str:
+    """Why a node that sees ``entries`` of the pool must not allocate from it: device names first, as kube."""
+    if pool.incomplete:
+        return ""
+    return (_duplicate(entries) if pool.duplicates else "") or pool.invalid
 
 
 def _duplicate(entries: list[_SliceEntry]) -> str:

@@ -12,11 +12,12 @@ first solution without frames.
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 from usher.core.dra.allocation.judging import AbortError, Judge
 from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest
-from usher.core.dra.allocation.pools import Candidate, VisiblePool
+from usher.core.dra.allocation.pools import Candidate, Pool, VisiblePool
 from usher.core.dra.model import RESULTS_MAX_SIZE, Constraint, Device, DeviceId
 
 
@@ -45,6 +46,42 @@ class _MatchAttribute:
 
     def remove(self) -> None:
         self.count -= 1
+
+
+class _Counters:
+    """A pool's shared counters during one node's search: what its devices in use leave, less what the search took.
+
+    kube's checkAvailableCounters: a device that consumes counters is taken only if afterwards no counter of
+    the pool is below zero (so a pool whose devices in use already overdraw a counter gives no such device).
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self, pool: Pool, in_use: Container[DeviceId]) -> None:
+        self.left: dict[tuple[str, str], Decimal] = {
+            (set_name, counter): amount
+            for set_name, counters in pool.counter_sets.items()
+            for counter, amount in counters.items()
+        }
+        for device, uses in pool.consumers:
+            if device in in_use:
+                for key, amount in uses:
+                    self.left[key] -= amount
+
+    def take(self, device: Device) -> bool:
+        left = self.left
+        for key, amount in device.counters:
+            left[key] -= amount
+        for value in left.values():
+            if value < 0:
+                self.give(device)
+                return False
+        return True
+
+    def give(self, device: Device) -> None:
+        left = self.left
+        for key, amount in device.counters:
+            left[key] += amount
 
 
 class _ClaimSearch:
@@ -108,8 +145,10 @@ class Search:
         """Devices picked so far in this search -> the claims (indices) they were picked for.
 
         Keyed by candidate identity: two candidates with one id are a duplicate device name,
-        which makes the pool invalid (an error) before either can be picked.
+        which makes the pool invalid before either can be picked.
         """
+        self.counters: dict[Pool, _Counters] = {}
+        """The shared counters of the pools the search took a counting device from (built on first use)."""
         self.claims = [self._prepare(claim) for claim in plan.claims]
 
     # ------------------------------------------------------------ the node's part of planning
@@ -241,8 +280,9 @@ class Search:
         matches = request.matches
         admin = request.admin
         for visible in self.pools:
-            if visible.invalid:
-                raise AbortError(f"pool {visible.pool} is invalid: {visible.invalid}")
+            if visible.invalid or visible.pool.incomplete:
+                continue  # as kube: no devices from it; no solution then says invalid pools were met
+            counted = visible.pool.counted
             for candidate in visible.candidates:
                 picked = picked_by.get(candidate)
                 if admin:
@@ -253,7 +293,7 @@ class Search:
                 selectable = matches.get(candidate)
                 if selectable is None:
                     selectable = self.judge.selectable(claim.plan, request, candidate)
-                if selectable and not candidate.device.consumes_counters:
+                if selectable and (counted or not candidate.device.consumes_counters):
                     yield candidate
 
     def _usable(self, ci: int, request: PlannedRequest, candidate: Candidate) -> bool:
@@ -264,21 +304,31 @@ class Search:
                 return False
         elif picked or candidate.id in self.in_use:
             return False
-        return not candidate.device.consumes_counters
+        return candidate.pool.counted or not candidate.device.consumes_counters
 
     def _take(self, claim: _ClaimSearch, ci: int, request: PlannedRequest, candidate: Candidate, *, must: bool) -> bool:
-        """Pick a free device for the request if the claim's constraints allow; undone by :meth:`_give_back`."""
+        """Pick a free device for the request if the pool's counters and the claim's constraints allow; undone by
+        :meth:`_give_back`. Counters first, as kube (short of them, even an All request's device just fails)."""
+        counters = None
+        if candidate.device.consumes_counters:
+            counters = self.counters.get(candidate.pool)
+            if counters is None:
+                counters = self.counters[candidate.pool] = _Counters(candidate.pool, self.in_use)
+            if not counters.take(candidate.device):
+                return False
         if request.constraints:
             trackers = claim.trackers
             for n, i in enumerate(request.constraints):
                 if not trackers[i].add(candidate.device):
+                    for added in request.constraints[:n]:
+                        trackers[added].remove()
+                    if counters is not None:
+                        counters.give(candidate.device)
                     if must:
                         raise AbortError(
                             f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
                             f"{candidate.id} because a claim constraint would not be satisfied"
                         )
-                    for added in request.constraints[:n]:
-                        trackers[added].remove()
                     return False
         picked = self.picked.get(candidate)
         if picked is None:
@@ -297,6 +347,8 @@ class Search:
             candidate = taken.pop()
             for i in request.constraints:
                 claim.trackers[i].remove()
+            if candidate.device.consumes_counters:
+                self.counters[candidate.pool].give(candidate.device)
             claims = self.picked[candidate]
             claims.pop()
             if not claims:

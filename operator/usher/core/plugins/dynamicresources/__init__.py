@@ -115,6 +115,21 @@ DEFAULT_FILTER_TIMEOUT = 10.0
 _CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE, resolvable=False)
 
 
+def _rejection(outcome: AllocationOutcome, node: NodeInfo) -> Status:
+    """Why a node is rejected when allocation on it failed."""
+    if outcome.error:
+        # A bad selector blocks this pod until a class, claim or slice changes.
+        return unschedulable(outcome.error, resolvable=False)
+    if outcome.reason == REASON_TIMED_OUT:
+        # kube-scheduler: a timeout may be transient, so an Error: the attempt ends and the pod is retried
+        # after its backoff instead of waiting in the unschedulable queue for a cluster event.
+        return error(f"node {node.name}: {REASON_TIMED_OUT}")
+    # Every other failure, as each of kube-scheduler's: statusUnschedulable, which preemption cannot help.
+    if outcome.reason == REASON_CANNOT_ALLOCATE:
+        return _CANNOT_ALLOCATE
+    return unschedulable(outcome.reason, resolvable=False)
+
+
 class DraHandle(Protocol):
     """What the plugin needs from the framework handle."""
 
@@ -327,7 +342,7 @@ class DynamicResources:
 
     def _current_inventory(self) -> Inventory:
         if self._inventory is None or self._inventory_version != self._dra.slices_version:
-            self._inventory = Inventory.build(self._dra.slices.values())
+            self._inventory = Inventory.build(self._dra.slices.values(), partitionable=self._dra.partitionable)
             self._inventory_version = self._dra.slices_version
             self._selectors.forget_devices()
             self._matches.clear()
@@ -372,7 +387,7 @@ class DynamicResources:
                             if outcome is not None:
                                 if outcome.ok:
                                     outcomes[node.name] = outcome
-                                results.append(None if outcome.ok else _CANNOT_ALLOCATE)
+                                results.append(None if outcome.ok else _rejection(outcome, node))
                                 continue
                         elif surely_unsatisfiable(plan, pools, in_use, known):
                             results.append(_CANNOT_ALLOCATE)
@@ -425,17 +440,7 @@ class DynamicResources:
         if outcome.ok:
             data.outcomes[node.name] = outcome
             return None
-        if outcome.error:
-            # A bad selector or pool blocks this pod until a class, claim or slice changes.
-            return unschedulable(outcome.error, resolvable=False)
-        if outcome.reason == REASON_TIMED_OUT:
-            # kube-scheduler: a timeout may be transient, so an Error: the attempt ends and the pod is retried
-            # after its backoff instead of waiting in the unschedulable queue for a cluster event.
-            return error(f"node {node.name}: {REASON_TIMED_OUT}")
-        # Every other failure, as each of kube-scheduler's: statusUnschedulable, which preemption cannot help.
-        if outcome.reason == REASON_CANNOT_ALLOCATE:
-            return _CANNOT_ALLOCATE
-        return unschedulable(outcome.reason, resolvable=False)
+        return _rejection(outcome, node)
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
