@@ -17,7 +17,7 @@ import kubernetes.client
 import pytest
 
 from e2e.controlplane import wait_for
-from e2e.dra_driver import DRIVER, Driver, claim, claim_template
+from e2e.dra_driver import DRIVER, Driver, claim, claim_spec, claim_template
 from e2e.test_scheduling import pod_manifest
 from e2e.usher_process import UsherProcess
 
@@ -151,11 +151,16 @@ def test_partitions_of_one_device_are_allocated_while_its_memory_lasts(
     usher: Callable[..., UsherProcess],
     driver: Driver,
 ) -> None:
-    """DRAPartitionableDevices: two 20Gi halves and the 40Gi whole of one 40Gi device. The halves go to the first
-    two pods; the third waits for the whole until both halves are freed, then gets it."""
+    """DRAPartitionableDevices: two 20Gi halves and the 40Gi whole of one 40Gi device. The halves go to two pods;
+    a pod that needs the whole waits while either half is held, and gets it once both are freed."""
     node = kwok_nodes("mig")
     driver.publish_partitions(node, "40Gi", {"half-0": "20Gi", "half-1": "20Gi", "whole": "40Gi"})
-    driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("one-gpu", driver.class_name))
+    driver.resource.create_namespaced_resource_claim_template(namespace, claim_template("any-gpu", driver.class_name))
+    whole = claim_template("whole-gpu", driver.class_name)
+    whole["spec"]["spec"] = claim_spec(
+        driver.class_name, f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+    )
+    driver.resource.create_namespaced_resource_claim_template(namespace, whole)
     scheduler = usher()
 
     def device_of(pod: str) -> str | None:
@@ -167,10 +172,10 @@ def test_partitions_of_one_device_are_allocated_while_its_memory_lasts(
         return None
 
     for name in ("first", "second"):
-        core_api.create_namespaced_pod(namespace, claim_pod(name, scheduler.scheduler_name, template="one-gpu"))
+        core_api.create_namespaced_pod(namespace, claim_pod(name, scheduler.scheduler_name, template="any-gpu"))
         wait_for(lambda n=name: core_api.read_namespaced_pod(n, namespace).spec.node_name, 30, f"{name} bound")
-    assert {device_of("first"), device_of("second")} == {"half-0", "half-1"}
-    core_api.create_namespaced_pod(namespace, claim_pod("third", scheduler.scheduler_name, template="one-gpu"))
+    assert {device_of("first"), device_of("second")} == {"half-0", "half-1"}, "the halves first, in slice order"
+    core_api.create_namespaced_pod(namespace, claim_pod("third", scheduler.scheduler_name, template="whole-gpu"))
 
     def waiting() -> bool:
         conditions = core_api.read_namespaced_pod("third", namespace).status.conditions or []
@@ -186,8 +191,8 @@ def test_partitions_of_one_device_are_allocated_while_its_memory_lasts(
 
     before = failed_attempts()
     core_api.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
-    # kube-controller-manager deallocates the first pod's claim (freed devices retry every waiting pod): 20Gi are
-    # free, still short of the whole, so the retry fails again.
+    # kube-controller-manager removes the first pod's claim, which frees its half (freed devices retry every
+    # waiting pod): 20Gi are free, still short of the whole, so the retry fails again.
     wait_for(lambda: failed_attempts() > before, 60, "the third pod tried again once the first half was freed")
     assert core_api.read_namespaced_pod("third", namespace).spec.node_name is None
     core_api.delete_namespaced_pod("second", namespace, grace_period_seconds=0)

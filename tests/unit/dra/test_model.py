@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -100,12 +99,13 @@ def test_shared_counters_and_their_consumption_are_read_as_quantities() -> None:
         .obj()
     )
     parsed = parse_slice(raw)
+    nano = 10**9  # amounts are kept in nano units: exact integers
     assert parsed.shared_counters == (
-        ("mem", {"memory": Decimal(80 * 2**30)}),
-        ("cores", {"a": Decimal(1), "b": Decimal("0.5")}),
+        ("mem", {"memory": 80 * 2**30 * nano}),
+        ("cores", {"a": nano, "b": nano // 2}),
     )
     half, whole = parsed.devices
-    assert half.counters == ((("mem", "memory"), Decimal(40 * 2**30)), (("cores", "a"), Decimal(1)))
+    assert half.counters == ((("mem", "memory"), 40 * 2**30 * nano), (("cores", "a"), nano))
     assert (half.counter_sets, half.consumes_counters) == (("mem", "cores"), True)
     assert (whole.counters, whole.counter_sets, whole.consumes_counters) == ((), (), False)
 

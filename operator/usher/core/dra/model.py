@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 from usher.core.resources import QuantityError, parse_quantity
@@ -46,8 +46,11 @@ class Version:
 
 AttributeValue: TypeAlias = int | bool | str | Version
 
-CounterUse: TypeAlias = tuple[tuple[str, str], Decimal]
-"""((counter set, counter), amount): what a partitionable device takes from its pool's shared counters."""
+CounterUse: TypeAlias = tuple[tuple[str, str], int]
+"""((counter set, counter), amount): what a partitionable device takes from its pool's shared counters.
+
+Counter amounts are integers in billionths of the quantity (nano units, the finest a Kubernetes quantity
+has): exact, and the search adds and compares them in C, not in :class:`~decimal.Decimal`."""
 
 
 class DeviceId(NamedTuple):
@@ -106,8 +109,9 @@ class Slice:
     """``perDeviceNodeSelection``: each device says where it is reachable."""
     devices: tuple[Device, ...]
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    shared_counters: tuple[tuple[str, Mapping[str, Decimal]], ...] = ()
-    """``sharedCounters`` (DRAPartitionableDevices): counter set name -> counter -> amount, in the slice's order."""
+    shared_counters: tuple[tuple[str, Mapping[str, int]], ...] = ()
+    """``sharedCounters`` (DRAPartitionableDevices): counter set name -> counter -> amount (nano units), in the
+    slice's order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,17 +326,24 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
     )
 
 
-def _counters(raw: Any, field: str) -> dict[str, Decimal]:
-    """``counters``: name -> ``{value: quantity}``, as a counter set offers them or a device consumes them."""
-    out: dict[str, Decimal] = {}
+_NANO = Decimal(10) ** 9
+
+
+def _counters(raw: Any, field: str) -> dict[str, int]:
+    """``counters``: name -> ``{value: quantity}``, as a counter set offers them or a device consumes them;
+    amounts in nano units (:data:`CounterUse`), rounded up as the API server rounds quantities."""
+    out: dict[str, int] = {}
     for name, counter in _mapping(raw, field).items():
         value = _mapping(counter, f"{field}[{name!r}]").get("value")
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ModelError(f"{field}[{name!r}].value: must be a quantity, got {value!r}")
         try:
-            out[str(name)] = parse_quantity(value)
+            amount = parse_quantity(value)
         except QuantityError as exc:
             raise ModelError(f"{field}[{name!r}].value: {exc}") from exc
+        if not amount.is_finite():
+            raise ModelError(f"{field}[{name!r}].value: invalid quantity {value!r}")
+        out[str(name)] = int((amount * _NANO).to_integral_value(rounding=ROUND_CEILING))
     return out
 
 
@@ -371,7 +382,7 @@ def parse_slice(raw: Mapping[str, Any]) -> Slice:
         _device(d, f"spec.devices[{i}]", driver, per_device)
         for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
     )
-    shared: list[tuple[str, Mapping[str, Decimal]]] = []
+    shared: list[tuple[str, Mapping[str, int]]] = []
     for i, counter_set in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters")):
         entry = _mapping(counter_set, f"spec.sharedCounters[{i}]")
         shared.append(

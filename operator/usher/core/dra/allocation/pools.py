@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from usher.core.dra.model import CounterUse, Device, DeviceId, Slice
 from usher.core.selectors import SelectorError, node_selector_matches
@@ -67,8 +66,8 @@ class Pool:
         self.incomplete = incomplete
         self.duplicates = False
         """Some device name occurs twice among all its slices (then checked again per node)."""
-        self.counter_sets: dict[str, dict[str, Decimal]] = {}
-        """``sharedCounters`` of all its slices: counter set -> counter -> amount."""
+        self.counter_sets: dict[str, dict[str, int]] = {}
+        """``sharedCounters`` of all its slices: counter set -> counter -> amount (nano units)."""
         self.consumers: list[tuple[DeviceId, tuple[CounterUse, ...]]] = []
         """Every device of the pool that consumes counters, visible from a node or not, and what it consumes."""
         self.counted = False

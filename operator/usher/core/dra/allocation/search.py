@@ -1,18 +1,18 @@
 """The depth-first search over one node's devices, with backtracking: the allocator's general case. Pure.
 
 Claims, then requests (a ``firstAvailable`` request tries its sub-requests in order), then the
-devices each needs, in pool order; a dead end gives back what its choice took and tries the
-next. Decision points are frames on an explicit stack, so large claims cannot exhaust Python's
-recursion limit. Before it searches, each claim does the node's part of planning:
-``allocationMode: All`` requests collect their devices and the claim's device count is checked,
-raising errors in kube's order. Plain plans mostly never get here: :mod:`.descent` finds their
+devices each needs, in pool order, each after the request's previous one (combinations, as kube's
+v1.37 allocator); a dead end gives back what its choice took and tries the next. Decision points
+are frames on an explicit stack, so large claims cannot exhaust Python's recursion limit. Before
+it searches, each claim does the node's part of planning: ``allocationMode: All`` requests collect
+their devices and the claim's device count is checked, raising errors in kube's order. Plain plans
+mostly never get here: :mod:`.descent` finds their
 first solution without frames.
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Sequence
-from decimal import Decimal
 from typing import Any, Final
 
 from usher.core.dra.allocation.judging import AbortError, Judge
@@ -52,13 +52,14 @@ class _Counters:
     """A pool's shared counters during one node's search: what its devices in use leave, less what the search took.
 
     kube's checkAvailableCounters: a device that consumes counters is taken only if afterwards no counter of
-    the pool is below zero (so a pool whose devices in use already overdraw a counter gives no such device).
+    the pool is below zero. Only the device's own counters can go below zero, unless the devices in use
+    already overdraw one: then the pool gives no such device at all.
     """
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "overdrawn")
 
     def __init__(self, pool: Pool, in_use: Container[DeviceId]) -> None:
-        self.left: dict[tuple[str, str], Decimal] = {
+        self.left: dict[tuple[str, str], int] = {
             (set_name, counter): amount
             for set_name, counters in pool.counter_sets.items()
             for counter, amount in counters.items()
@@ -67,13 +68,17 @@ class _Counters:
             if device in in_use:
                 for key, amount in uses:
                     self.left[key] -= amount
+        self.overdrawn = any(value < 0 for value in self.left.values())
 
     def take(self, device: Device) -> bool:
+        if self.overdrawn:
+            return False
         left = self.left
-        for key, amount in device.counters:
+        counters = device.counters
+        for key, amount in counters:
             left[key] -= amount
-        for value in left.values():
-            if value < 0:
+        for key, _ in counters:
+            if left[key] < 0:
                 self.give(device)
                 return False
         return True
@@ -149,6 +154,10 @@ class Search:
         """
         self.counters: dict[Pool, _Counters] = {}
         """The shared counters of the pools the search took a counting device from (built on first use)."""
+        self._after = [0] * (len(pools) + 1)
+        """Devices in ``pools[p:]``, for every p: how many a request could still take from a position on."""
+        for index in range(len(pools) - 1, -1, -1):
+            self._after[index] = self._after[index + 1] + len(pools[index].candidates)
         self.claims = [self._prepare(claim) for claim in plan.claims]
 
     # ------------------------------------------------------------ the node's part of planning
@@ -214,8 +223,15 @@ class Search:
             # _FAIL: the next round gives back the frame's devices and tries its next choice.
         return False
 
-    def _frame_at(self, ci: int, ri: int, si: int, di: int, *, in_sub: bool) -> _Frame | str:
-        """The next decision point from a position, skipping over finished requests and claims."""
+    def _frame_at(
+        self, ci: int, ri: int, si: int, di: int, *, in_sub: bool, after: tuple[int, int] = (0, 0)
+    ) -> _Frame | str:
+        """The next decision point from a position, skipping over finished requests and claims.
+
+        ``after``: where the request's previous device was found (pool, device index + 1); its next device is
+        looked for from there on, as kube's allocator does (v1.37, ``startLocation``): the devices of one request
+        are tried as combinations, not as orderings of the same devices, which a failing search would all walk.
+        """
         while True:
             if ci >= len(self.claims):
                 return _DONE
@@ -238,7 +254,9 @@ class Search:
                 return _FAIL
             if request.all_mode:
                 return _Frame(_ALL, ci, ri, si, di, iter((None,)))
-            return _Frame(_EXACT, ci, ri, si, di, self._candidates(ci, request))
+            if di and self._short(request, after, needed - di):
+                return _FAIL
+            return _Frame(_EXACT, ci, ri, si, di, self._candidates(ci, request, after if di else (0, 0)))
 
     def _advance(self, frame: _Frame) -> _Frame | str | None:
         """Apply the frame's next alternative; None when it has none left."""
@@ -251,10 +269,13 @@ class Search:
             return None
         request = claim.plan.requests[frame.request][frame.sub]
         if frame.kind == _EXACT:
-            for candidate in frame.choices:
+            for pool_index, index, candidate in frame.choices:
                 if self._take(claim, frame.claim, request, candidate, must=False):
                     frame.taken.append(candidate)
-                    return self._frame_at(frame.claim, frame.request, frame.sub, frame.device + 1, in_sub=in_sub)
+                    after = (pool_index, index)
+                    return self._frame_at(
+                        frame.claim, frame.request, frame.sub, frame.device + 1, in_sub=in_sub, after=after
+                    )
             return None
         devices = claim.devices[request]
         for _ in frame.choices:
@@ -268,22 +289,50 @@ class Search:
             return self._frame_at(frame.claim, frame.request, frame.sub, len(devices), in_sub=in_sub)
         return None
 
-    def _candidates(self, ci: int, request: PlannedRequest) -> Iterator[Candidate]:
-        """Free devices for one slot of an ExactCount request, checked lazily against the search's state.
+    def _short(self, request: PlannedRequest, after: tuple[int, int], still: int) -> bool:
+        """Whether fewer than ``still`` devices are left from ``after`` on, all of them judged for the request
+        already: no branch below can finish the request, and cutting it skips no selector kube would run (a
+        CEL error it would meet) — only walks that must fail. Partitions make such walks many: seven of eight
+        devices whose counters admit only one choice."""
+        pool_index, index = after
+        if self._after[pool_index] - index >= still:
+            return False
+        matches = request.matches
+        pools = self.pools
+        for p in range(pool_index, len(pools)):
+            visible = pools[p]
+            if visible.invalid or visible.pool.incomplete:
+                continue  # never judged: the search passes over it
+            candidates = visible.candidates
+            for i in range(index if p == pool_index else 0, len(candidates)):
+                if candidates[i] not in matches:
+                    return False
+        return True
+
+    def _candidates(
+        self, ci: int, request: PlannedRequest, after: tuple[int, int]
+    ) -> Iterator[tuple[int, int, Candidate]]:
+        """Free devices for one slot of an ExactCount request from ``after`` on (pool, device index), checked
+        lazily against the search's state, each with the position the request's next slot starts after.
 
         Each is checked just before it is yielded, and the search takes or skips it before asking
-        for the next, so what is yielded is free (``_take`` only checks the constraints).
+        for the next, so what is yielded is free (``_take`` only checks counters and constraints).
         """
         claim = self.claims[ci]
         picked_by = self.picked
         in_use = self.in_use
         matches = request.matches
         admin = request.admin
-        for visible in self.pools:
+        first_pool, first_device = after
+        pools = self.pools
+        for pool_index in range(first_pool, len(pools)):
+            visible = pools[pool_index]
             if visible.invalid or visible.pool.incomplete:
                 continue  # as kube: no devices from it; no solution then says invalid pools were met
             counted = visible.pool.counted
-            for candidate in visible.candidates:
+            candidates = visible.candidates
+            for index in range(first_device if pool_index == first_pool else 0, len(candidates)):
+                candidate = candidates[index]
                 picked = picked_by.get(candidate)
                 if admin:
                     if picked and ci in picked:
@@ -294,7 +343,7 @@ class Search:
                 if selectable is None:
                     selectable = self.judge.selectable(claim.plan, request, candidate)
                 if selectable and (counted or not candidate.device.consumes_counters):
-                    yield candidate
+                    yield pool_index, index + 1, candidate
 
     def _usable(self, ci: int, request: PlannedRequest, candidate: Candidate) -> bool:
         """Whether an All request's device is free for it (ExactCount's are checked as they are found)."""
