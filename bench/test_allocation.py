@@ -16,6 +16,7 @@ import pytest
 from bench.executor import allocate_claims
 from bench.kube import Api, ApiError
 from e2e.controlplane import Cluster
+from e2e.dra_driver import resource_slice
 
 pytestmark = pytest.mark.e2e
 
@@ -28,17 +29,8 @@ def _node(name: str) -> dict[str, Any]:
 
 
 def _slice(node: str, driver: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-slice"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"dev-{i}"} for i in range(DEVICES_PER_NODE)],
-        },
-    }
+    devices = [{"name": f"dev-{i}"} for i in range(DEVICES_PER_NODE)]
+    return resource_slice(f"{node}-slice", node, driver=driver, devices=devices)
 
 
 def _claim(name: str, device_class: str) -> dict[str, Any]:

@@ -25,60 +25,59 @@ def device_class(name: str) -> dict[str, Any]:
     }
 
 
-def node_slice(node: str, devices: int, *, model: str = "a100", memory: str = "40Gi") -> dict[str, Any]:
+def resource_slice(name: str, node: str, *, slices: int = 1, driver: str = DRIVER, **spec: Any) -> dict[str, Any]:
+    """A node-local ResourceSlice of the pool named after the node (``slices`` in the pool); ``spec``: the rest
+    (``devices``, ``sharedCounters``)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
+        "metadata": {"name": name},
         "spec": {
-            "driver": DRIVER,
+            "driver": driver,
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"model": {"string": model}, "index": {"int": i}},
-                    "capacity": {"memory": {"value": memory}},
-                }
-                for i in range(devices)
-            ],
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": slices},
+            **spec,
         },
     }
+
+
+def node_slice(node: str, devices: int, *, model: str = "a100", memory: str = "40Gi") -> dict[str, Any]:
+    return resource_slice(
+        f"{node}-{DRIVER}",
+        node,
+        devices=[
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"model": {"string": model}, "index": {"int": i}},
+                "capacity": {"memory": {"value": memory}},
+            }
+            for i in range(devices)
+        ],
+    )
 
 
 def partitioned_slices(node: str, memory: str, partitions: dict[str, str]) -> list[dict[str, Any]]:
     """One device carved into partitions (DRAPartitionableDevices): a slice offering the device's ``memory`` as a
     shared counter, and a slice of partitions, each consuming the memory given; one pool of two slices."""
-    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
-    counters = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-counters"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": pool,
-            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
-        },
-    }
-    devices = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-partitions"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": pool,
-            "devices": [
-                {
-                    "name": name,
-                    "capacity": {"memory": {"value": size}},
-                    "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": size}}}],
-                }
-                for name, size in partitions.items()
-            ],
-        },
-    }
+    counters = resource_slice(
+        f"{node}-counters",
+        node,
+        slices=2,
+        sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": memory}}}],
+    )
+    devices = resource_slice(
+        f"{node}-partitions",
+        node,
+        slices=2,
+        devices=[
+            {
+                "name": name,
+                "capacity": {"memory": {"value": size}},
+                "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": size}}}],
+            }
+            for name, size in partitions.items()
+        ],
+    )
     return [counters, devices]
 
 
