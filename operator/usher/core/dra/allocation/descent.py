@@ -48,7 +48,7 @@ def descend(
             matches = request.matches
             found = None
             for visible in pools:
-                if visible.invalid or visible.pool.incomplete:
+                if visible.closed:
                     continue
                 for candidate in visible.candidates:
                     if candidate in picked or candidate.id in in_use:
@@ -103,7 +103,7 @@ def descend_remembered(
             kept = request.first_free
             found = None
             for visible in pools:
-                if visible.invalid or visible.pool.incomplete:
+                if visible.closed:
                     continue
                 walk = kept.get(visible)
                 if walk is None or walk.version != use_versions.get(visible.pool.key, 0):
@@ -192,7 +192,7 @@ def surely_unsatisfiable(
     for demand in plan.demands:
         free = 0
         for visible in pools:
-            if visible.pool.incomplete:
+            if visible.closed:
                 continue  # nothing is allocated from it
             version = use_versions.get(visible.pool.key, 0)
             known = demand.free.get(visible)

@@ -89,19 +89,19 @@ class Pool:
                 self.counted = True
                 if device.counters:
                     self.consumers.append((DeviceId(self.driver, self.name, device.name), device.counters))
-                if self.invalid:
-                    continue
-                for set_name in device.counter_sets:
-                    if set_name not in self.counter_sets:
-                        self.invalid = f"counter set {set_name} not found"
-                        break
-                for (set_name, counter), _ in device.counters:
-                    if self.invalid:
-                        break
-                    if counter not in self.counter_sets[set_name]:
-                        self.invalid = f"counter {counter} not found in counter set {set_name}"
+                self.invalid = self.invalid or self._unknown_counter(device)
         if self.incomplete:
             self.invalid = ""  # kube-scheduler does not look into an incomplete pool
+
+    def _unknown_counter(self, device: Device) -> str:
+        """What ``device`` consumes that the pool's counter sets do not offer, or ""."""
+        for set_name in device.counter_sets:
+            if set_name not in self.counter_sets:
+                return f"counter set {set_name} not found"
+        for (set_name, counter), _ in device.counters:
+            if counter not in self.counter_sets[set_name]:
+                return f"counter {counter} not found in counter set {set_name}"
+        return ""
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.name}"
@@ -135,6 +135,11 @@ class VisiblePool:
     """Why the pool must not be allocated from ("duplicate device name X", its counter sets), or "".
 
     Never set for an incomplete pool, from which nothing is allocated either."""
+
+    @property
+    def closed(self) -> bool:
+        """Nothing is allocated from it: it is invalid or incomplete (kube v1.37 passes over both)."""
+        return bool(self.invalid) or self.pool.incomplete
 
 
 def _device_reachable(device: Device, node_name: str, node_labels: Mapping[str, str]) -> bool:

@@ -6,8 +6,7 @@ v1.37 allocator); a dead end gives back what its choice took and tries the next.
 are frames on an explicit stack, so large claims cannot exhaust Python's recursion limit. Before
 it searches, each claim does the node's part of planning: ``allocationMode: All`` requests collect
 their devices and the claim's device count is checked, raising errors in kube's order. Plain plans
-mostly never get here: :mod:`.descent` finds their
-first solution without frames.
+mostly never get here: :mod:`.descent` finds their first solution without frames.
 """
 
 from __future__ import annotations
@@ -301,7 +300,7 @@ class Search:
         pools = self.pools
         for p in range(pool_index, len(pools)):
             visible = pools[p]
-            if visible.invalid or visible.pool.incomplete:
+            if visible.closed:
                 continue  # never judged: the search passes over it
             candidates = visible.candidates
             for i in range(index if p == pool_index else 0, len(candidates)):
@@ -327,7 +326,7 @@ class Search:
         pools = self.pools
         for pool_index in range(first_pool, len(pools)):
             visible = pools[pool_index]
-            if visible.invalid or visible.pool.incomplete:
+            if visible.closed:
                 continue  # as kube: no devices from it; no solution then says invalid pools were met
             counted = visible.pool.counted
             candidates = visible.candidates
