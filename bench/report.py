@@ -554,7 +554,7 @@ def _repetitions_text(counts: list[int]) -> str:
     if not more:
         return f"{usual} time(s)"
     extra = ", ".join(f"{c} on {counts.count(c)} workload(s)" for c in more)
-    return f"{usual} time(s) ({extra}: those measuring so few pods that their phases are short)"
+    return f"{usual} time(s) ({extra}: those measuring so few pods that their phases lasted under a second)"
 
 
 GC_NOTE = (

@@ -166,11 +166,10 @@ class PlaneRun(Protocol):
 R = TypeVar("R", bound=PlaneRun)
 
 
-async def overlapped(
-    order: Sequence[R], *, keep: bool, prestart: bool = False
-) -> AsyncIterator[tuple[R, dict[str, Any]]]:
+async def overlapped(order: list[R], *, keep: bool, prestart: bool = False) -> AsyncIterator[tuple[R, dict[str, Any]]]:
     """Execute the runs in turn, yielding each with its result; control planes start and stop outside measured
-    phases.
+    phases. The caller may append runs to ``order`` as results come in; they run too (their planes start during
+    a run like the others' if appended before the last run starts).
 
     The next run's plane starts (once this run's is up, `start_after`) and the previous run's stops while a run
     sets up; its first measured phase waits for both (`settled`). With ``prestart`` (smoke runs) the next plane

@@ -72,10 +72,14 @@ from e2e.controlplane import ControlPlane, start
 logger = logging.getLogger("bench.upstream")
 
 REPETITIONS = 3
-#: A workload measuring fewer pods than this (outside a steady state) has phases under a second here (100 pods
-#: in 0.3 s), whose rate rests on the pipeline's fill and drain: the same usher's rows moved 0.84x-1.14x between
-#: make bench runs. Their runs cost about 4 s, so usher and kube-scheduler run them SHORT_REPETITIONS times.
+#: A phase under SHORT_PHASE_SECONDS (100 pods in 0.3 s) rests on the pipeline's fill and drain: the same usher's
+#: rows moved 0.84x-1.14x between make bench runs. Runs of such a workload cost about 4 s, so usher and
+#: kube-scheduler run it SHORT_REPETITIONS times. Only a workload measuring fewer than SHORT_PODS pods outside a
+#: steady state can be that short, and whether it is shows in its first SHORT_DECIDED_AFTER rounds: 100 pods that
+#: preempt take 2-5 s (GangPreemption*), and two more rounds of those would only cost make bench time.
 SHORT_PODS = 200
+SHORT_PHASE_SECONDS = 1.0
+SHORT_DECIDED_AFTER = 2
 SHORT_REPETITIONS = 5
 #: The bind limit's runs per workload: it is the ceiling the schedulers are read against, not a contender
 #: compared by its median, and one run of it per workload keeps ``make bench`` under 45 minutes.
@@ -440,7 +444,7 @@ class Options:
     smoke: bool = False
     repetitions: int = REPETITIONS
     short_repetitions: int = SHORT_REPETITIONS
-    """The repetitions of a workload measuring under ``SHORT_PODS`` pods outside a steady state (`repetitions_of`)."""
+    """The repetitions of a workload whose phases turn out short (`may_be_short`, `short_phases`)."""
     limit_repetitions: int = LIMIT_REPETITIONS
     """The bind limit runs in the first ``min(repetitions, limit_repetitions)`` rounds only."""
     contenders: Sequence[str] = CONTENDER_KEYS
@@ -489,11 +493,28 @@ def selections(options: Options) -> list[Selection]:
     return out
 
 
-def repetitions_of(size: perfconfig.Size, options: Options) -> int:
-    """How many times usher and kube-scheduler run a workload of ``size``: more when its phases are short."""
-    if size.measured_pods < SHORT_PODS and not size.steady_seconds:
-        return max(options.repetitions, options.short_repetitions)
-    return options.repetitions
+def may_be_short(size: perfconfig.Size, options: Options) -> bool:
+    """Whether a workload of ``size`` runs more rounds if its phases turn out short (`short_phases`)."""
+    return options.short_repetitions > options.repetitions and (
+        size.measured_pods < SHORT_PODS and not size.steady_seconds
+    )
+
+
+def short_phases(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool | None:
+    """Whether usher's and kube-scheduler's measured phases last under ``SHORT_PHASE_SECONDS`` (the median of all
+    their completed runs' measured phases); None until each has run ``SHORT_DECIDED_AFTER`` times."""
+    schedulers = [runs.get(key, ()) for key in ("usher", "kube-scheduler")]
+    if any(len(done) < SHORT_DECIDED_AFTER for done in schedulers):
+        return None
+    seconds = [
+        phase["elapsed_s"]
+        for done in schedulers
+        for run in done
+        if run.get("status") == "ok"
+        for phase in run.get("phases") or ()
+        if phase.get("elapsed_s") is not None
+    ]
+    return bool(seconds) and statistics.median(seconds) < SHORT_PHASE_SECONDS
 
 
 def run_order(
@@ -554,19 +575,25 @@ async def run_selection(
     if plan.status != "ok":
         logger.info("--- %s: %s", tc.name, plan.status)
         return document
-    repetitions = repetitions_of(perfconfig.size(tc, plan.workload), options)
-    document["repetitions"] = repetitions
+    repetitions = options.repetitions
+    undecided = may_be_short(perfconfig.size(tc, plan.workload), options)
     keys = [k for k in CONTENDER_KEYS if k in options.contenders]
-    order: list[UpstreamRun] = []
-    for key, repetition in run_order(keys, repetitions, {"limit": options.limit_repetitions}, lead=lead):
-        contender = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}[key]
-        workdir = base / tc.name / f"{key}-{repetition}"
-        profile = (
-            options.profile_dir / f"{tc.name}.{plan.workload.name}.{key}-{repetition}.txt"
-            if options.profile_dir is not None
-            else None
-        )
-        order.append(UpstreamRun(plan, contender, workdir, repetition, options.timeout, profile))
+    contenders = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}
+    fewer = {"limit": options.limit_repetitions}
+
+    def planned(rounds: int) -> list[UpstreamRun]:
+        out = []
+        for key, repetition in run_order(keys, rounds, fewer, lead=lead):
+            profile = (
+                options.profile_dir / f"{tc.name}.{plan.workload.name}.{key}-{repetition}.txt"
+                if options.profile_dir is not None
+                else None
+            )
+            workdir = base / tc.name / f"{key}-{repetition}"
+            out.append(UpstreamRun(plan, contenders[key], workdir, repetition, options.timeout, profile))
+        return out
+
+    order = planned(repetitions)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     # Nothing measured overlaps another plane's start or stop (about 3 s a run saved, `overlapped`); smoke runs
     # start the next plane and measure at once.
@@ -574,6 +601,13 @@ async def run_selection(
         runs[run.contender.key].append(result)
         if on_run is not None:
             on_run(result)
+        if undecided and (short := short_phases(runs)) is not None:
+            # Decided before the last round starts, so the added rounds' planes start during runs as usual.
+            undecided = False
+            if short:
+                order.extend(planned(options.short_repetitions)[len(order) :])
+                repetitions = options.short_repetitions
+    document["repetitions"] = repetitions
     document["runs"] = runs
     document["summary"] = {key: summarize(r) for key, r in runs.items()}
     return document
@@ -638,7 +672,8 @@ def estimate_seconds(plan: Setup, options: Options, previous: Mapping[str, float
     previous = previous or {}
     size = perfconfig.size(plan.test_case, plan.workload)
     formula = _formula_seconds(plan, options, size)
-    repetitions = repetitions_of(size, options)
+    short = may_be_short(size, options) and size.measured_pods / _measured_rate(plan) < SHORT_PHASE_SECONDS
+    repetitions = options.short_repetitions if short else options.repetitions
     return sum(
         previous.get(key, formula)
         * (min(options.repetitions, options.limit_repetitions) if key == "limit" else repetitions)
@@ -646,11 +681,17 @@ def estimate_seconds(plan: Setup, options: Options, previous: Mapping[str, float
     )
 
 
+def _rate(plan: Setup) -> float:
+    return CLAIM_PODS_PER_SECOND if plan.gates.get("DynamicResourceAllocation") else PLAIN_PODS_PER_SECOND
+
+
+def _measured_rate(plan: Setup) -> float:
+    return PREEMPTING_PODS_PER_SECOND if "Preemption" in plan.test_case.name else _rate(plan)
+
+
 def _formula_seconds(plan: Setup, options: Options, size: perfconfig.Size) -> float:
     measured = size.measured_pods
-    rate = CLAIM_PODS_PER_SECOND if plan.gates.get("DynamicResourceAllocation") else PLAIN_PODS_PER_SECOND
-    measured_rate = PREEMPTING_PODS_PER_SECOND if "Preemption" in plan.test_case.name else rate
-    pods = (size.pods - measured) / rate + measured / measured_rate
+    pods = (size.pods - measured) / _rate(plan) + measured / _measured_rate(plan)
     overhead = PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS
     return overhead + size.nodes / 500 + pods + size.steady_seconds
 
@@ -677,8 +718,8 @@ def table(options: Options, results: Path) -> str:
     runnable = sum(1 for line in lines if line.endswith(" ok"))
     lines.append(
         f"{runnable} test cases run, {options.repetitions} repetition(s) of {len(options.contenders)} contender(s) "
-        f"({max(options.repetitions, options.short_repetitions)} of usher and kube-scheduler where under "
-        f"{SHORT_PODS} pods are measured): "
+        f"(up to {max(options.repetitions, options.short_repetitions)} of usher and kube-scheduler where under "
+        f"{SHORT_PODS} pods are measured, if their phases last under {SHORT_PHASE_SECONDS:g} s): "
         f"about {total / 60:.0f} min (the last results' run times where known, else a rough formula: "
         f"{PRESTARTED_OVERHEAD_SECONDS if options.prestart else RUN_OVERHEAD_SECONDS:g} s per run besides scheduling)"
     )

@@ -626,29 +626,56 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
 
 
 @needs_module
-def test_workloads_measuring_few_pods_run_more_times_unless_the_repetitions_are_given() -> None:
+def test_workloads_measuring_few_pods_may_run_more_times_unless_the_repetitions_are_given() -> None:
     from bench import upstream
     from bench.runner import parse_args, upstream_options
 
     chosen = {s.key: s for s in perfconfig.select(_all())}
 
-    def runs(key: str, options: upstream.Options) -> int:
+    def may(key: str, options: upstream.Options) -> bool:
         selection = chosen[key]
         assert selection.bench is not None
-        return upstream.repetitions_of(perfconfig.size(selection.test_case, selection.bench), options)
+        return upstream.may_be_short(perfconfig.size(selection.test_case, selection.bench), options)
 
     short = "SchedulingRequiredPodAntiAffinityWithNSSelector"
     sizes = {key: perfconfig.size(chosen[key].test_case, chosen[key].bench) for key in (short, "SchedulingBasic")}
     assert sizes[short].measured_pods == 100 and sizes["SchedulingBasic"].measured_pods == 1000
     default = upstream_options(parse_args([]))
-    assert runs(short, default) == upstream.SHORT_REPETITIONS > runs("SchedulingBasic", default) == 3
+    assert default.short_repetitions == upstream.SHORT_REPETITIONS > default.repetitions == 3
+    assert may(short, default) and not may("SchedulingBasic", default)
     # A steady state measures few pods over many seconds: not short.
     steady = perfconfig.Size(nodes=10, pods=10, steady_seconds=10.0, measured_pods=10)
-    assert upstream.repetitions_of(steady, default) == 3
+    assert not upstream.may_be_short(steady, default)
     # --repetitions and the smoke test hold for every workload.
-    assert runs(short, upstream_options(parse_args(["--repetitions", "1"]))) == 1
-    assert runs(short, upstream_options(parse_args(["--smoke"]))) == 1
-    assert runs("SchedulingBasic", upstream_options(parse_args(["--repetitions", "7"]))) == 7
+    assert not may(short, upstream_options(parse_args(["--repetitions", "1"])))
+    assert not may(short, upstream_options(parse_args(["--smoke"])))
+    assert not may(short, upstream_options(parse_args(["--repetitions", "7"])))
+
+
+def _timed_run(*seconds: float, status: str = "ok") -> dict[str, Any]:
+    return {"status": status, "phases": [{"elapsed_s": s} for s in seconds]}
+
+
+def test_phases_are_short_by_the_median_of_both_schedulers_first_rounds() -> None:
+    from bench.upstream import SHORT_DECIDED_AFTER, short_phases
+
+    assert SHORT_DECIDED_AFTER == 2
+    quick, slow = _timed_run(0.3), _timed_run(3.6)
+    # Undecided until usher and kube-scheduler have both run twice; the bind limit does not count.
+    assert short_phases({"usher": [quick, quick], "kube-scheduler": [quick], "limit": [quick]}) is None
+    assert short_phases({"usher": [quick, quick]}) is None
+    assert short_phases({"usher": [quick, quick], "kube-scheduler": [quick, quick], "limit": [slow]}) is True
+    # GangPreemption's 100 pods that preempt: 2-5 s.
+    assert short_phases({"usher": [slow, slow], "kube-scheduler": [slow, slow], "limit": [quick]}) is False
+    # The median over every measured phase of both: three of five under a second.
+    mixed = {"usher": [_timed_run(0.4, 2.0), quick], "kube-scheduler": [_timed_run(0.9), slow]}
+    assert short_phases(mixed) is True
+    mixed["kube-scheduler"][0] = _timed_run(1.0)
+    assert short_phases(mixed) is False
+    # Failed runs measure nothing; with no completed phase at all, nothing is short.
+    failed = _timed_run(0.1, status="timeout")
+    assert short_phases({"usher": [failed, slow], "kube-scheduler": [failed, failed]}) is False
+    assert short_phases({"usher": [failed, failed], "kube-scheduler": [failed, failed]}) is False
 
 
 def test_the_report_says_which_workloads_ran_more_times_and_how_far_below_a_row_is() -> None:
@@ -706,6 +733,10 @@ def test_each_workload_s_first_run_goes_to_the_contender_its_position_names() ->
     firsts = [run_order(keys, 3, {"limit": 1}, lead=position)[0][0] for position in range(6)]
     assert firsts == keys + keys
     assert run_order(keys, 3, {"limit": 1}, lead=3) == run_order(keys, 3, {"limit": 1})
+    # Rounds added once a workload's phases turn out short continue the order (`upstream.run_selection`).
+    for lead in range(3):
+        three = run_order(keys, 3, {"limit": 1}, lead=lead)
+        assert run_order(keys, 5, {"limit": 1}, lead=lead)[: len(three)] == three
 
 
 class _PlaneRun:
@@ -760,6 +791,22 @@ async def test_planes_start_one_at_a_time_and_outside_measured_phases(tmp_path: 
     # A failed run's directory is kept (without etcd's data); the others are removed once stopped.
     assert [p.name for p in sorted(tmp_path.iterdir())] == ["b"]
     assert not (tmp_path / "b" / "etcd").exists()
+
+
+async def test_runs_appended_during_the_runs_run_with_their_planes_started_meanwhile(tmp_path: Path) -> None:
+    from bench.runner import overlapped
+
+    log: list[tuple[str, str]] = []
+    order = [_PlaneRun("a", tmp_path, log), _PlaneRun("b", tmp_path, log)]
+    seen = []
+    async for run, _ in overlapped(order, keep=False):
+        seen.append(run.name)
+        if run.name == "a":
+            order.append(_PlaneRun("c", tmp_path, log))
+    assert seen == ["a", "b", "c"]
+    # c was appended before b started: its plane started during b, and b waited for it as for any next plane.
+    assert order[1].waited == [None, "c"] and order[2].waited == [None]
+    assert log.index(("up", "c")) < log.index(("measuring", "b"))
 
 
 def test_a_plane_whose_scheduler_fails_to_launch_is_stopped() -> None:
