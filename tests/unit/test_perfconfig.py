@@ -568,6 +568,35 @@ def _run(status: str, average: float | None, overall: float, cpu: float, schedul
     return {"status": status, "phases": [phase], "scheduler": {"peak_rss_mib": rss}}
 
 
+def test_a_phase_too_short_for_three_samples_is_rated_over_its_whole_time() -> None:
+    """One or two 1 s samples of a 2.5 s phase rate where their windows fell: the report then uses pods over
+    the phase, for both schedulers alike."""
+    from bench import report
+    from bench.upstream import summarize
+
+    def doc(usher_samples: int, kube_samples: int) -> dict[str, Any]:
+        usher = [_run("ok", 330.0, 410.0, 1.0, 1000, 100.0) for _ in range(3)]
+        kube = [_run("ok", 380.0, 350.0, 2.0, 1000, 100.0) for _ in range(3)]
+        for run in usher:
+            run["phases"][0]["samples_used"] = usher_samples
+        for run in kube:
+            run["phases"][0]["samples_used"] = kube_samples
+        runs = {"usher": usher, "kube-scheduler": kube}
+        return {"runs": runs, "summary": {k: summarize(v) for k, v in runs.items()}}
+
+    short = doc(1, 2)
+    assert report.upstream_rate(short, "usher") == (410.0, "overall")
+    assert report.upstream_rate(short, "kube-scheduler") == (350.0, "overall")
+    assert report.upstream_ratio(short, "rate") == pytest.approx(410 / 350)
+    long = doc(3, 4)
+    assert report.upstream_rate(long, "usher") == (330.0, "average")
+    assert report.upstream_ratio(long, "rate") == pytest.approx(330 / 380)
+    # One run too short is enough: the average of the others would not be the same kind of number.
+    mixed = doc(3, 3)
+    mixed["runs"]["usher"][1]["phases"][0]["samples_used"] = 2
+    assert report.upstream_rate(mixed, "usher")[1] == "overall"
+
+
 def test_summaries_take_median_and_spread_of_completed_runs_only() -> None:
     from bench.upstream import summarize
 
