@@ -110,6 +110,36 @@ def test_fit_reports_every_missing_resource() -> None:
     assert status.reasons == ("Too many pods", "Insufficient cpu", "Insufficient memory")
 
 
+def test_a_request_beyond_the_node_s_allocatable_is_unresolvable_one_beyond_its_free_room_is_not() -> None:
+    """kube-scheduler v1.37's fitsRequest marks a shortfall Unresolvable when the request exceeds allocatable:
+    no eviction can make room, so DefaultPreemption leaves the node out. "Too many pods" never is."""
+    fit = NodeResourcesFit(parse_args({}))
+    busy = make_pod().req(cpu="1500m", memory="1Gi", **{"a.com/x": "1"}).node("n").obj()
+    node = node_info(make_node().name("n").capacity(cpu="2", memory="2Gi", pods=1, **{"a.com/x": "2"}).obj(), busy)
+    cases = {
+        "room after evictions": (make_pod().req(cpu="1"), Code.UNSCHEDULABLE, ("Too many pods", "Insufficient cpu")),
+        "more cpu than the node has": (make_pod().req(cpu="3"), Code.UNSCHEDULABLE_AND_UNRESOLVABLE, None),
+        "more memory than the node has": (make_pod().req(memory="3Gi"), Code.UNSCHEDULABLE_AND_UNRESOLVABLE, None),
+        "an extended resource within": (make_pod().req(**{"a.com/x": "2"}), Code.UNSCHEDULABLE, None),
+        "an extended resource beyond": (make_pod().req(**{"a.com/x": "3"}), Code.UNSCHEDULABLE_AND_UNRESOLVABLE, None),
+        "one the node lacks": (make_pod().req(**{"b.com/y": "1"}), Code.UNSCHEDULABLE_AND_UNRESOLVABLE, None),
+        "one of two beyond": (make_pod().req(cpu="1", memory="3Gi"), Code.UNSCHEDULABLE_AND_UNRESOLVABLE, None),
+    }
+    for name, (pod, code, reasons) in cases.items():
+        status = fit.filter(CycleState(), info(pod.obj()), node)
+        assert status.code is code, name
+        assert reasons is None or status.reasons == reasons, name
+        # The batch filter answers as the per-node one, also with nodes failing alike in both ways.
+        roomy = node_info(make_node().name("m").capacity(cpu="8", memory="8Gi", pods=0, **{"a.com/x": "8"}).obj())
+        batch = fit.filter_nodes(CycleState(), info(pod.obj()), [node, roomy, node])
+        assert [b.code if b else None for b in batch] == [
+            code,
+            fit.filter(CycleState(), info(pod.obj()), roomy).code,
+            code,
+        ], name
+        assert batch[0] is not None and batch[0].reasons == status.reasons, name
+
+
 def test_fit_reasons_come_in_kube_schedulers_order() -> None:
     """Pods, cpu, memory, ephemeral-storage (fitsRequest's order), then the others by name: not alphabetical."""
     fit = NodeResourcesFit(parse_args({}))

@@ -277,9 +277,10 @@ async def test_an_unschedulable_pod_is_requeued_and_reported_once_a_minute(harne
     assert harness.recorder.attempts == [("unschedulable", "usher")]
     queued = harness.scheduler.queue.get(key)
     assert queued is not None and queued.unschedulable_plugins == {"NodeResourcesFit"}
+    # 4 cpu on a 1-cpu node: no eviction can help (kube-scheduler v1.37's fitsRequest: Unresolvable).
     message = (
         "0/1 nodes are available: 1 Insufficient cpu."
-        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
     assert [e["note"] for e in harness.writer.events("FailedScheduling")] == [message]
     assert harness.writer.conditions(key)[-1]["reason"] == "Unschedulable"

@@ -3,7 +3,9 @@
 Filter: one more pod must fit under the node's pod capacity, and every
 requested resource (cpu, memory, ephemeral-storage, extended resources) must
 fit in allocatable minus the requests of the pods already counted on the
-node, whoever placed them. Score: ``LeastAllocated`` (spread, the default),
+node, whoever placed them. A node short of a resource is Unschedulable, or
+UnschedulableAndUnresolvable when the pod asks for more than the node's
+allocatable (kube-scheduler v1.37: preemption leaves such a node out). Score: ``LeastAllocated`` (spread, the default),
 ``MostAllocated`` (pack) or ``RequestedToCapacityRatio`` (a custom
 utilisation -> score curve) over the configured resources and weights; pods
 that request no cpu or memory count as 100m / 200Mi for scoring, as in
@@ -150,8 +152,7 @@ class NodeResourcesFit:
                 memory is None or memory <= node.allocatable_memory - node.requested_memory
             ):
                 return SUCCESS
-        reasons = fit_reasons(pod, node, ignored=self._ignored)
-        return unschedulable(*reasons) if reasons else SUCCESS
+        return _status(*_shortfalls(node, _checks(pod, self._ignored)))
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
@@ -164,12 +165,18 @@ class NodeResourcesFit:
             # A node that fails does so on pods, cpu, memory or some of them, and the reasons say just which:
             # one Status per combination serves every node failing alike (a full cluster fails 1000 alike).
             cpu, memory = wanted.get(CPU, -math.inf), wanted.get(MEMORY, -math.inf)
-            failures: dict[tuple[bool, bool, bool], Status] = {}
+            failures: dict[tuple[bool, bool, bool, bool], Status] = {}
             for node in nodes:
                 if cpu <= node.free_cpu and memory <= node.free_memory and node.free_pods > 0:
                     results.append(None)
                     continue
-                room = (node.free_pods > 0, cpu <= node.free_cpu, memory <= node.free_memory)
+                # Whether the node could ever hold the pod decides the code (`_shortfalls`): part of the key.
+                room = (
+                    node.free_pods > 0,
+                    cpu <= node.free_cpu,
+                    memory <= node.free_memory,
+                    cpu <= node.allocatable_cpu and memory <= node.allocatable_memory,
+                )
                 status = failures.get(room)
                 if status is None:
                     status = failures[room] = self.filter(state, pod, node)
@@ -178,15 +185,15 @@ class NodeResourcesFit:
         # Extended resources: ``fit_reasons``' checks made once per pod, and one Status per combination of
         # reasons, as above (a pod asking for a resource one node in 500 has fails 499 alike).
         ordered = _checks(pod, self._ignored)
-        by_reasons: dict[tuple[str, ...], Status] = {}
+        by_reasons: dict[tuple[tuple[str, ...], bool], Status] = {}
         for node in nodes:
-            reasons = _shortfalls(node, ordered)
-            if not reasons:
+            shortfalls = _shortfalls(node, ordered)
+            if not shortfalls[0]:
                 results.append(None)
                 continue
-            status = by_reasons.get(reasons)
+            status = by_reasons.get(shortfalls)
             if status is None:
-                status = by_reasons[reasons] = unschedulable(*reasons)
+                status = by_reasons[shortfalls] = _status(*shortfalls)
             results.append(status)
         return results
 
@@ -367,7 +374,7 @@ def _freed_node(old: Any, new: Any) -> str:
 
 def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
     """Why ``pod`` does not fit on ``node`` (empty: it fits)."""
-    return list(_shortfalls(node, _checks(pod, ignored)))
+    return list(_shortfalls(node, _checks(pod, ignored))[0])
 
 
 _CHECK_ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
@@ -384,14 +391,25 @@ def _checks(pod: PodInfo, ignored: Any) -> list[tuple[str, int, str]]:
     ]
 
 
-def _shortfalls(node: NodeInfo, checks: list[tuple[str, int, str]]) -> tuple[str, ...]:
-    """The reasons ``node`` lacks room for one more pod with these ``checks`` (empty: it fits)."""
+def _shortfalls(node: NodeInfo, checks: list[tuple[str, int, str]]) -> tuple[tuple[str, ...], bool]:
+    """The reasons ``node`` lacks room for one more pod with these ``checks`` (empty: it fits), and whether
+    the pod asks for more of some resource than the node has at all (then no eviction can make room)."""
     allocatable, used = node.allocatable, node.requested
     reasons: tuple[str, ...] = () if used.get(PODS, 0) < allocatable.get(PODS, 0) else (TOO_MANY_PODS,)
+    never = False
     for resource, amount, reason in checks:
-        if amount > allocatable.get(resource, 0) - used.get(resource, 0):
+        total = allocatable.get(resource, 0)
+        if amount > total - used.get(resource, 0):
             reasons += (reason,)
-    return reasons
+            never = never or amount > total
+    return reasons, never
+
+
+def _status(reasons: tuple[str, ...], never: bool) -> Status:
+    """kube-scheduler's Filter result: UnschedulableAndUnresolvable when a request exceeds the node's
+    allocatable (fitsRequest's ``Unresolvable``: DefaultPreemption leaves the node out), else Unschedulable
+    (evicting pods may make room; "Too many pods" always may)."""
+    return unschedulable(*reasons, resolvable=not never) if reasons else SUCCESS
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
