@@ -96,14 +96,14 @@ KCM_CONTROLLERS = ("garbage-collector-controller", "resourceclaim-controller")
 RUN_TIMEOUT_SECONDS = 30 * 60
 
 
-#: Test cases usher runs but cannot schedule (measured at their smallest sizes: every pod stays pending), and the
-#: feature it lacks. They are not run (a run would only wait for its timeout); naming one with ``-u`` runs it.
+#: Test cases usher cannot schedule (measured at their smallest sizes: every pod stays pending) or schedules by
+#: other rules than kube-scheduler's, and the feature it lacks. They are not run (a run would only wait for its
+#: timeout, or compare different placements); naming one with ``-u`` runs it.
 USHER_LACKS: dict[str, str] = {
     "ConsumableCapacity": "distinctAttribute constraints (DRAConsumableCapacity): the claim is refused as "
     "'matchAttribute: required (no other constraint is supported)'",
-    "ExtendedResource": "extended resources backed by DRA device classes (DRAExtendedResource): "
-    "'Insufficient example.com/gpu-0'",
-    "ExtendedResourceScoring": "extended resources backed by DRA device classes (DRAExtendedResource)",
+    "ExtendedResourceScoring": "scoring extended resources backed by DRA device classes by their devices "
+    "(its scoringStrategy lists example.com/gpu; usher scores it by the node's allocatable)",
 }
 
 # --------------------------------------------------------------------------- what each scheduler gets

@@ -245,3 +245,98 @@ def test_a_claim_allocated_where_its_pod_cannot_go_is_deallocated_and_allocated_
     assert [r["pool"] for r in status["allocation"]["devices"]["results"]] == [usable]
     assert [r["uid"] for r in status["reservedFor"]] == [created.metadata.uid]
     assert scheduler.metric("scheduler_schedule_attempts_total", result="unschedulable") >= 1
+
+
+def extended_pod(name: str, scheduler: str, resource: str, count: int) -> dict[str, Any]:
+    pod = pod_manifest(name, scheduler, cpu="10m", memory="16Mi")
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["requests"][resource] = str(count)
+    resources["limits"] = {resource: str(count)}  # extended resources are not overcommitted: limits = requests
+    return pod
+
+
+def test_extended_resources_a_device_class_serves_come_from_a_claim_usher_makes_for_the_pod(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+) -> None:
+    """DRAExtendedResource (GA in v1.37): a pod asks for ``<domain>/gpu: 2`` the way it would ask a device plugin.
+    Where a node's allocatable has the resource, that serves it; where it has none, usher allocates two devices of
+    the class that names the resource through a claim of the pod's own, and kube-controller-manager cleans the
+    claim up with the pod."""
+    resource = f"e2e.usher.dev/{namespace[-50:]}"
+    patched = driver.resource.read_device_class(driver.class_name)
+    patched.spec.extended_resource_name = resource
+    driver.resource.replace_device_class(driver.class_name, patched)
+    implicit = f"deviceclass.resource.kubernetes.io/{driver.class_name}"
+    plugin_node = kwok_nodes("plugin", extra_resources={resource: "1"})  # a device plugin's one device
+    dra_nodes = [kwok_nodes(f"dra{i}") for i in range(2)]
+    for node in dra_nodes:
+        driver.publish_node(node, devices=2)
+    scheduler = usher()
+
+    def bound(name: str) -> str:
+        node = core_api.read_namespaced_pod(name, namespace).spec.node_name
+        return str(node) if node else ""
+
+    def claims_of(pod: str) -> list[dict[str, Any]]:
+        return [
+            item
+            for item in claims_in(driver.resource, namespace)
+            if [o["name"] for o in item["metadata"].get("ownerReferences") or []] == [pod]
+        ]
+
+    core_api.create_namespaced_pod(namespace, extended_pod("first", scheduler.scheduler_name, resource, 2))
+    wait_for(lambda: bound("first"), 30, "the first pod bound")
+    first_node = bound("first")
+    assert first_node in dra_nodes, "the device plugin's node has one, the pod asks for two"
+    [made] = claims_of("first")
+    first = core_api.read_namespaced_pod("first", namespace)
+    meta = made["metadata"]
+    assert meta["name"].startswith("first-extended-resources-")
+    assert meta["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert meta["ownerReferences"][0]["uid"] == first.metadata.uid and meta["ownerReferences"][0]["controller"]
+    # Its place among the container's requests by name: cpu, the resource, memory.
+    assert made["spec"]["devices"]["requests"] == [
+        {
+            "name": "container-0-request-1",
+            "exactly": {"deviceClassName": driver.class_name, "allocationMode": "ExactCount", "count": 2},
+        }
+    ]
+    results = made["status"]["allocation"]["devices"]["results"]
+    assert len({r["device"] for r in results}) == 2 and {r["pool"] for r in results} == {first_node}
+    assert [r["uid"] for r in made["status"]["reservedFor"]] == [first.metadata.uid]
+    status = core_api.api_client.sanitize_for_serialization(first.status)["extendedResourceClaimStatus"]
+    assert status == {
+        "resourceClaimName": meta["name"],
+        "requestMappings": [
+            {"containerName": "main", "resourceName": resource, "requestName": "container-0-request-1"}
+        ],
+    }
+
+    # The class's implicit name asks for the same devices: the other node's two.
+    core_api.create_namespaced_pod(namespace, extended_pod("second", scheduler.scheduler_name, implicit, 2))
+    wait_for(lambda: bound("second"), 30, "the second pod bound")
+    assert bound("second") == next(n for n in dra_nodes if n != first_node)
+    # One more: no device is free, the device plugin's node has one: no claim is made for it.
+    core_api.create_namespaced_pod(namespace, extended_pod("third", scheduler.scheduler_name, resource, 1))
+    wait_for(lambda: bound("third"), 30, "the third pod bound")
+    assert bound("third") == plugin_node and claims_of("third") == []
+    assert core_api.read_namespaced_pod("third", namespace).status.extended_resource_claim_status is None
+
+    # Nothing is left for a fourth; it gets the first pod's devices once the first pod and its claim are gone.
+    core_api.create_namespaced_pod(namespace, extended_pod("fourth", scheduler.scheduler_name, resource, 2))
+
+    def waiting() -> bool:
+        conditions = core_api.read_namespaced_pod("fourth", namespace).status.conditions or []
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
+
+    wait_for(waiting, 30, "the fourth pod unschedulable")
+    assert bound("fourth") == ""
+    core_api.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+    wait_for(lambda: bound("fourth") == first_node, 60, "the fourth pod bound where the first pod's devices were")
+    wait_for(lambda: claims_of("first") == [], 60, "the first pod's claim deleted with it")
+    [fourth] = claims_of("fourth")
+    assert {r["pool"] for r in fourth["status"]["allocation"]["devices"]["results"]} == {first_node}

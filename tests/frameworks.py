@@ -71,6 +71,8 @@ class RecordingClaimWriter:
     deallocation_failures: list[Callable[[], None]] = field(default_factory=list)
     """The ``failed`` callback of each deallocation, for a test to play the write's failure."""
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+    created: int = 0
+    deleted: list[tuple[str, str]] = field(default_factory=list)
 
     def _answer(self, kind: str, claim: Mapping[str, Any]) -> WriteResult:
         result = scripted_write(self.writes, self.answers, kind, claim)
@@ -91,6 +93,29 @@ class RecordingClaimWriter:
 
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self.removed.append((f"{namespace}/{name}", claim_uid, pod_uid))
+
+    async def create(self, claim: Mapping[str, Any]) -> WriteResult:
+        """Names the claim as the API server would (generateName + a counter) and gives it a UID."""
+        body = copy.deepcopy(dict(claim))
+        meta = body.setdefault("metadata", {})
+        self.created += 1
+        meta["name"] = f"{meta.get('generateName', '')}{self.created:05d}"
+        meta["uid"] = f"created-{self.created}"
+        return self._answer("create", body)
+
+    def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
+        self.deleted.append((f"{namespace}/{name}", claim_uid))
+        self.stored.pop(f"{namespace}/{name}", None)
+
+    async def set_extended_claim_status(
+        self, namespace: str, pod: str, pod_uid: str, status: Mapping[str, Any]
+    ) -> WriteResult:
+        return scripted_write(
+            self.writes,
+            self.answers,
+            "pod-status",
+            {"metadata": {"namespace": namespace, "name": pod, "uid": pod_uid}, "extendedResourceClaimStatus": status},
+        )
 
     def deallocate(
         self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]

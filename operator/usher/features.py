@@ -14,8 +14,10 @@ from typing import Any
 from usher.config import ConfigError
 
 
-def _gate(name: str, *, default: bool, stage: str, description: str) -> Any:
-    return field(default=default, metadata={"name": name, "stage": stage, "description": description})
+def _gate(name: str, *, default: bool, stage: str, description: str, locked: bool = False) -> Any:
+    """``locked``: GA and locked to its default, as in kube-scheduler, which refuses the other value."""
+    metadata = {"name": name, "stage": stage, "description": description, "locked": locked}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +84,17 @@ class FeatureGates:
             "counters last, and honour per-device node selection; off: such slices are ignored"
         ),
     )
+    dra_extended_resource: bool = _gate(
+        "DRAExtendedResource",
+        default=True,
+        stage="GA",
+        locked=True,
+        description=(
+            "extended resources a DeviceClass serves (spec.extendedResourceName, or "
+            "deviceclass.resource.kubernetes.io/<class>) are allocated as devices on nodes whose allocatable lacks "
+            "them, through a claim the scheduler makes for the pod"
+        ),
+    )
     dra_workload_resource_claims: bool = _gate(
         "DRAWorkloadResourceClaims",
         default=True,
@@ -96,6 +109,8 @@ class FeatureGates:
 _ATTRIBUTES = {f.metadata["name"]: f.name for f in fields(FeatureGates)}
 """kube-scheduler gate name -> attribute; the only place names become attributes."""
 _NAMES = {attribute: name for name, attribute in _ATTRIBUTES.items()}
+_LOCKED = {f.name: f.default for f in fields(FeatureGates) if f.metadata["locked"]}
+"""Attribute -> the only value kube-scheduler accepts for it."""
 
 _NEED_GENERIC_WORKLOAD = {
     "topology_aware_workload_scheduling": "it places PodGroups",
@@ -125,7 +140,13 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
             )
         if not sep or raw.strip().lower() not in ("true", "false"):
             raise ConfigError(f"--feature-gates: {name} needs =true or =false, got {item!r}")
-        values[_ATTRIBUTES[name]] = raw.strip().lower() == "true"
+        value = raw.strip().lower() == "true"
+        if _LOCKED.get(_ATTRIBUTES[name], value) != value:
+            raise ConfigError(
+                f"--feature-gates: cannot set feature gate {name} to {str(value).lower()}, "
+                f"feature is locked to {str(not value).lower()}"
+            )
+        values[_ATTRIBUTES[name]] = value
     if values.get("async_api_calls") is False and "pre_enqueue_pod_status" not in values:
         # kube-scheduler's own default is SchedulerAsyncAPICalls=false, and its configurations say so;
         # usher's SchedulerPreEnqueuePodStatus (not a kube-scheduler gate) then follows it off rather

@@ -55,6 +55,10 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
             "GenericWorkload=false,DRAWorkloadResourceClaims=true",
             "DRAWorkloadResourceClaims=true requires GenericWorkload=true (it reserves claims for PodGroups)",
         ),
+        (
+            "DRAExtendedResource=false",
+            "cannot set feature gate DRAExtendedResource to false, feature is locked to true",
+        ),
     ],
     ids=[
         "unknown name",
@@ -64,11 +68,17 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
         "PreEnqueuePodStatus needs AsyncAPICalls",
         "TopologyAware needs GenericWorkload",
         "DRAWorkloadResourceClaims needs GenericWorkload",
+        "a GA gate locked on, as in kube-scheduler",
     ],
 )
 def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_feature_gates(text)
+
+
+def test_a_locked_gate_may_be_set_to_its_own_value() -> None:
+    """Configurations written for kube-scheduler name GA gates (scheduler_perf sets DRAExtendedResource=true)."""
+    assert parse_feature_gates("DRAExtendedResource=true") == FeatureGates()
 
 
 def test_the_readme_table_lists_every_gate_with_its_default() -> None:

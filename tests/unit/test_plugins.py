@@ -157,6 +157,47 @@ def test_fit_reasons_come_in_kube_schedulers_order() -> None:
     )
 
 
+def test_a_resource_a_device_class_serves_is_left_to_dra_where_the_node_has_none_of_it() -> None:
+    """kube-scheduler's shouldDelegateResourceToDRA (DRAExtendedResource)."""
+    handle = FakeHandle()
+    handle.dra.on_class(False, {"metadata": {"name": "gpu"}, "spec": {"extendedResourceName": "example.com/gpu"}})
+    fit = NodeResourcesFit(parse_args({}), handle)
+    none = node_info(make_node().name("n").obj())
+    some = node_info(make_node().name("m").capacity(cpu="4", memory="8Gi", pods=10, **{"example.com/gpu": "1"}).obj())
+    for pod in (
+        make_pod().req(**{"example.com/gpu": "2"}).obj(),
+        make_pod().req(**{"deviceclass.resource.kubernetes.io/gpu": "2"}).obj(),  # the class's implicit name
+    ):
+        assert fit.filter(CycleState(), info(pod), none).ok
+        assert fit.filter_nodes(CycleState(), info(pod), [none]) == [None]
+        assert fit.fits(CycleState(), info(pod), none)
+    gpu = make_pod().req(**{"example.com/gpu": "2"}).obj()
+    assert fit.filter(CycleState(), info(gpu), some).reasons == ("Insufficient example.com/gpu",)
+    # A resource no class serves is the node's to give.
+    other = make_pod().req(**{"example.com/fpga": "1"}).obj()
+    assert fit.filter(CycleState(), info(other), none).reasons == ("Insufficient example.com/fpga",)
+    # Without the class (or the handle), the node's allocatable decides alone.
+    assert not NodeResourcesFit(parse_args({})).filter(CycleState(), info(gpu), none).ok
+
+
+def test_a_device_class_retries_the_pods_asking_for_what_it_serves() -> None:
+    """kube-scheduler's isSchedulableAfterDeviceClassEvent."""
+    fit = NodeResourcesFit(parse_args({}))
+    [event] = [e for e in fit.events_to_register() if e.event.resource.name == "DEVICE_CLASS"]
+    assert event.hint is not None
+    pod = info(make_pod().req(**{"example.com/gpu": "1", "deviceclass.resource.kubernetes.io/tpu": "1"}).obj())
+
+    def cls(name: str, serves: str | None = None) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"extendedResourceName": serves} if serves else {}}
+
+    assert event.hint(pod, None, cls("gpu", "example.com/gpu")) is QueueingHint.QUEUE
+    assert event.hint(pod, None, cls("tpu")) is QueueingHint.QUEUE, "added: serves its implicit name"
+    assert event.hint(pod, None, cls("fpga", "example.com/fpga")) is QueueingHint.QUEUE_SKIP
+    assert event.hint(pod, cls("gpu"), cls("gpu", "example.com/gpu")) is QueueingHint.QUEUE, "now serves it"
+    assert event.hint(pod, cls("gpu", "example.com/gpu"), cls("gpu", "example.com/gpu")) is QueueingHint.QUEUE_SKIP
+    assert event.hint(pod, cls("tpu"), cls("tpu")) is QueueingHint.QUEUE_SKIP, "an update keeps the implicit name"
+
+
 def test_ignored_resources_and_groups_are_not_checked() -> None:
     fit = NodeResourcesFit(parse_args({"ignoredResources": ["a.com/x"], "ignoredResourceGroups": ["b.com"]}))
     node = node_info(make_node().capacity(cpu="1", memory="1Gi", pods=10).obj())

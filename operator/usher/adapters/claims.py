@@ -13,6 +13,7 @@ from typing import Any
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import ApiResult, KubeApi
 from usher.adapters.reporting import STRATEGIC_MERGE
+from usher.core.dra.model import FINALIZER
 from usher.core.types import WriteResult
 
 
@@ -36,6 +37,34 @@ class DispatcherClaimWriter:
 
     async def update_status(self, claim: Mapping[str, Any]) -> WriteResult:
         return await self._write("resourceclaim_status_update", "/status", claim)
+
+    async def create(self, claim: Mapping[str, Any]) -> WriteResult:
+        namespace = str((claim.get("metadata") or {}).get("namespace"))
+        request = Request("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", dict(claim))
+        result = await self._dispatcher.call(ApiCall.fixed("resourceclaim_create", None, request))
+        return WriteResult(result.status, result.body)
+
+    def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
+        # The finalizer first (kube-scheduler's deleteClaim): nothing else would remove it from a claim whose pod
+        # never ran. The UID in both is the precondition: a claim recreated under the name is left alone.
+        unprotect = {"metadata": {"uid": claim_uid, "$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
+        delete = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": claim_uid}}
+        path = claim_path(namespace, name)
+
+        def then_delete(result: ApiResult) -> None:
+            if result.ok:
+                self._dispatcher.add(ApiCall.fixed("resourceclaim_delete", None, Request("DELETE", path, delete)))
+
+        request = Request("PATCH", path, unprotect, STRATEGIC_MERGE)
+        self._dispatcher.add(ApiCall.fixed("resourceclaim_unprotect", None, request, on_done=then_delete))
+
+    async def set_extended_claim_status(
+        self, namespace: str, pod: str, pod_uid: str, status: Mapping[str, Any]
+    ) -> WriteResult:
+        patch = {"metadata": {"uid": pod_uid}, "status": {"extendedResourceClaimStatus": dict(status)}}
+        request = Request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status", patch, STRATEGIC_MERGE)
+        result = await self._dispatcher.call(ApiCall.fixed("pod_extended_resource_claim_status", None, request))
+        return WriteResult(result.status, result.body)
 
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         patch = {

@@ -30,7 +30,7 @@ from usher.core.framework.runtime import Framework
 from usher.core.handling import EventHandlers
 from usher.core.plugins.dynamicresources import DynamicResources
 from usher.core.queue import Where
-from usher.core.types import Code, NodeName, PodInfo, PodKey
+from usher.core.types import Code, NodeName, PodInfo, PodKey, QueueingHint
 
 CLASS = "gpu"
 CLAIM_ADD = ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.ADD)
@@ -579,3 +579,152 @@ def test_an_allocation_that_times_out_is_an_error_as_kube_scheduler_makes_it(han
     state = CycleState()
     assert unlimited.pre_filter(state, pod, nodes)[1].ok
     assert unlimited.filter(state, pod, nodes[0]).ok
+
+
+# ---------------------------------------------------------------------- extended resources backed by DRA
+
+
+GPU_RESOURCE = "example.com/gpu"
+
+
+def served(handle: FakeHandle) -> None:
+    """The ``gpu`` class also serves ``example.com/gpu`` (spec.extendedResourceName)."""
+    raw = make_class().name(CLASS).selector(f'device.driver == "{DRIVER}"').obj()
+    raw["spec"]["extendedResourceName"] = GPU_RESOURCE
+    handle.dra.on_class(False, raw)
+
+
+def gpu_pod(name: str, count: str = "1") -> dict[str, Any]:
+    return make_pod().name(name).uid(f"uid-{name}").req(**{GPU_RESOURCE: count}).obj()
+
+
+def test_an_extended_resource_a_class_serves_is_allocated_through_a_claim_made_for_the_pod(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    served(handle)
+    fw = only_dra(handle)
+    state, pod, node, _ = cycle(fw, cache, gpu_pod("p", "2"))
+    assert node is not None
+    assert len(handle.dra.in_use()) == 2, "Reserve holds the two devices in flight"
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    assert [kind for kind, _ in handle.claims.writes] == ["create", "status", "pod-status"]
+    created = handle.claims.writes[0][1]
+    meta = created["metadata"]
+    assert meta["name"] == "p-extended-resources-00001" and meta["generateName"] == "p-extended-resources-"
+    assert meta["finalizers"] == ["resource.kubernetes.io/delete-protection"], "protected from its creation"
+    assert meta["ownerReferences"][0]["uid"] == "uid-p" and meta["ownerReferences"][0]["controller"] is True
+    assert meta["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert [r["exactly"] for r in created["spec"]["devices"]["requests"]] == [
+        {"deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 2}
+    ]
+    written = handle.claims.stored[f"default/{meta['name']}"]
+    results = written["status"]["allocation"]["devices"]["results"]
+    assert {(r["request"], r["pool"]) for r in results} == {("container-0-request-0", node)}
+    assert len({r["device"] for r in results}) == 2
+    assert written["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    status = handle.claims.writes[2][1]
+    assert status["metadata"]["uid"] == "uid-p"
+    assert status["extendedResourceClaimStatus"] == {
+        "requestMappings": [
+            {"containerName": "c", "resourceName": GPU_RESOURCE, "requestName": "container-0-request-0"}
+        ],
+        "resourceClaimName": meta["name"],
+    }
+    assert len(handle.dra.in_use()) == 2 and not handle.dra.in_flight, "the written allocation holds them now"
+    # Both devices of that node are taken: the next pod asking for two goes to the other node.
+    _, _, other, _ = cycle(fw, cache, gpu_pod("q", "2"))
+    assert other is not None and other != node
+
+
+def test_a_device_plugin_s_allocatable_serves_the_resource_where_it_has_some(handle: FakeHandle) -> None:
+    """kube-scheduler's shouldDelegateResourceToDRA: a node with any of the resource in its allocatable is
+    NodeResourcesFit's to judge (here: too little), one with none is DynamicResources'."""
+    served(handle)
+    cache = Cache()
+    cache.add_or_update_node(
+        make_node().name("n1").capacity(cpu="4", memory="8Gi", pods=110, **{GPU_RESOURCE: "1"}).obj()
+    )
+    cache.add_or_update_node(make_node().name("n2").obj())
+    fw = only_dra(handle)
+    state, pod, node, _ = cycle(fw, cache, gpu_pod("p", "2"))
+    assert node == "n2"
+    _, _, node, result = cycle(fw, cache, gpu_pod("q", "2"))
+    assert node is None
+    assert result.message == ("0/2 nodes are available: 1 Insufficient example.com/gpu, 1 cannot allocate all claims.")
+    # One it fits on n1 by its allocatable: nothing is allocated through DRA there.
+    handle.claims.writes.clear()
+    state, pod, node, _ = cycle(fw, cache, gpu_pod("r", "1"))
+    assert node == "n1"
+    assert asyncio.run(fw.run_pre_bind(state, pod, node)).ok
+    assert handle.claims.writes == []
+
+
+def test_without_a_class_serving_it_the_resource_is_the_node_s_allocatable_only(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    fw = only_dra(handle)
+    _, _, node, result = cycle(fw, cache, gpu_pod("p"))
+    assert node is None
+    assert result.message == "0/2 nodes are available: 2 Insufficient example.com/gpu."
+    assert result.unschedulable_plugins == {"NodeResourcesFit"}
+
+
+def test_unreserve_deletes_the_claim_made_for_the_pod(handle: FakeHandle, cache: Cache) -> None:
+    served(handle)
+    fw = only_dra(handle)
+    handle.claims.answers = [200, 200, 500]  # created, allocated and reserved; the pod's status fails
+    state, pod, node, _ = cycle(fw, cache, gpu_pod("p"))
+    assert node is not None
+    status = asyncio.run(fw.run_pre_bind(state, pod, node))
+    assert status.code is Code.ERROR and "extendedResourceClaimStatus" not in status.message
+    assert "in the pod's status" in status.message
+    fw.run_unreserve(state, pod, node)
+    assert handle.claims.deleted == [("default/p-extended-resources-00001", "created-1")]
+    assert handle.claims.removed == [], "deleted, not unreserved"
+
+
+def test_unreserve_before_prebind_frees_the_devices_and_deletes_nothing(handle: FakeHandle, cache: Cache) -> None:
+    served(handle)
+    fw = only_dra(handle)
+    state, pod, node, _ = cycle(fw, cache, gpu_pod("p"))
+    assert node is not None and len(handle.dra.in_use()) == 1
+    fw.run_unreserve(state, pod, node)
+    assert len(handle.dra.in_use()) == 0 and not handle.dra.in_flight
+    assert handle.claims.deleted == []
+
+
+def test_a_claim_an_earlier_attempt_made_rejects_every_node_until_postfilter_deleted_it(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    served(handle)
+    stale = make_claim().name("p-extended-resources-x").uid("stale-uid").request("container-0-request-0", CLASS).obj()
+    stale["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    stale["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p", "controller": True}
+    ]
+    handle.dra.on_claim(False, stale)
+    fw = only_dra(handle)
+    state, pod, node, result = cycle(fw, cache, gpu_pod("p"))
+    assert node is None
+    assert result.message.startswith("0/2 nodes are available: 2 cannot schedule extended resource claim.")
+    answer = fw.run_post_filter(state, pod, result.node_statuses, cache.node_infos())
+    assert answer.status.reasons == ("deletion of ResourceClaim default/p-extended-resources-x requested",)
+    assert handle.claims.deleted == [("default/p-extended-resources-x", "stale-uid")]
+    handle.dra.on_claim(True, stale)
+    _, _, node, _ = cycle(fw, cache, gpu_pod("p"))
+    assert node is not None
+
+
+def test_device_events_retry_pods_waiting_for_an_extended_resource(handle: FakeHandle) -> None:
+    served(handle)
+    plugin = DynamicResources(handle)
+    [slices] = [e for e in plugin.events_to_register() if e.event.resource is Resource.RESOURCE_SLICE]
+    waiting, plain = PodInfo.from_api(gpu_pod("p")), PodInfo.from_api(make_pod().name("x").obj())
+    assert slices.hint is not None
+    assert slices.hint(waiting, None, {}) is QueueingHint.QUEUE
+    assert slices.hint(plain, None, {}) is QueueingHint.QUEUE_SKIP
+    [classes] = [e for e in plugin.events_to_register() if e.event.resource is Resource.DEVICE_CLASS]
+    assert classes.hint is not None
+    gpu = make_class().name(CLASS).obj()
+    assert classes.hint(waiting, gpu, gpu) is QueueingHint.QUEUE
+    assert classes.hint(waiting, None, make_class().name("other").obj()) is QueueingHint.QUEUE_SKIP

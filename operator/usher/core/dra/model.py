@@ -29,6 +29,12 @@ AllocationMode: TypeAlias = Literal["ExactCount", "All"]
 SCHEDULING_GROUP = "scheduling.k8s.io"
 """The API group of PodGroups: a claim reserved for, or made for, a PodGroup names it (DRAWorkloadResourceClaims)."""
 
+FINALIZER = "resource.kubernetes.io/delete-protection"
+"""The finalizer that keeps an allocated claim until it is deallocated (the scheduler adds it before allocating)."""
+
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+"""Marks the claim the scheduler makes for a pod's extended resources backed by DeviceClasses (value "true")."""
+
 RESULTS_MAX_SIZE = 32
 """At most this many devices in one claim's ``status.allocation.devices.results`` (the API limit)."""
 
@@ -124,6 +130,10 @@ class DeviceClass:
     config: tuple[Mapping[str, Any], ...]
     """``spec.config[]`` entries (``{opaque: {driver, parameters}}``), copied into allocations."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    extended_resource_name: str | None = None
+    """``spec.extendedResourceName``: pods may ask for this class's devices as that extended resource."""
+    created: str = ""
+    """``metadata.creationTimestamp`` (RFC 3339): the newer of two classes naming one resource serves it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +193,9 @@ class Claim:
     """Names of the PodGroups (scheduling.k8s.io ``podgroups``) in ``status.reservedFor``."""
     owner_group: str = ""
     """Name of the controlling PodGroup (a claim made from a PodGroup's template), or ""."""
+    extended_for: str = ""
+    """The UID of the pod whose extended resources the scheduler made this claim for (annotated
+    ``resource.kubernetes.io/extended-resource-claim: "true"``, the pod its controller), or ""."""
 
     @property
     def key(self) -> str:
@@ -411,10 +424,19 @@ def parse_slice(raw: Mapping[str, Any]) -> Slice:
 
 
 def parse_class(raw: Mapping[str, Any]) -> DeviceClass:
-    name = _string(_mapping(raw.get("metadata"), "metadata").get("name"), "metadata.name")
+    meta = _mapping(raw.get("metadata"), "metadata")
+    name = _string(meta.get("name"), "metadata.name")
     spec = _mapping(raw.get("spec"), "spec")
     config = tuple(_mapping(c, f"spec.config[{i}]") for i, c in enumerate(_list(spec.get("config"), "spec.config")))
-    return DeviceClass(name=name, selectors=_selectors(spec.get("selectors"), "spec.selectors"), config=config, raw=raw)
+    extended = spec.get("extendedResourceName")
+    return DeviceClass(
+        name=name,
+        selectors=_selectors(spec.get("selectors"), "spec.selectors"),
+        config=config,
+        raw=raw,
+        extended_resource_name=None if extended is None else _string(extended, "spec.extendedResourceName"),
+        created=_string(meta.get("creationTimestamp"), "metadata.creationTimestamp", required=False),
+    )
 
 
 # ---------------------------------------------------------------- claims
@@ -503,12 +525,14 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
         for r in consumers
         if r.get("apiGroup") == SCHEDULING_GROUP and r.get("resource") == "podgroups"
     )
-    owner_uid = owner_group = ""
+    owner_uid = owner_group = extended_for = ""
     for i, ref in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences")):
         if _mapping(ref, f"metadata.ownerReferences[{i}]").get("controller") is True:
             owner_uid = str(ref.get("uid", ""))
             if ref.get("kind") == "PodGroup" and str(ref.get("apiVersion", "")).startswith(SCHEDULING_GROUP + "/"):
                 owner_group = str(ref.get("name", ""))
+            if ref.get("kind") == "Pod" and (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true":
+                extended_for = owner_uid
             break
     return Claim(
         namespace=_string(meta.get("namespace"), "metadata.namespace"),
@@ -526,4 +550,5 @@ def parse_claim(raw: Mapping[str, Any]) -> Claim:
         owner_group=owner_group,
         finalizers=tuple(str(f) for f in _list(meta.get("finalizers"), "metadata.finalizers")),
         raw=raw,
+        extended_for=extended_for,
     )

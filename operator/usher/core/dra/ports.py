@@ -28,6 +28,21 @@ class ClaimWriter(Protocol):
         """PUT the claim's status (allocation, reservedFor), preconditioned on its resourceVersion."""
         ...
 
+    async def create(self, claim: Mapping[str, Any]) -> WriteResult:
+        """POST a claim (a pod's extended-resource claim; its name is generated)."""
+        ...
+
+    def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
+        """Queue removing the delete-protection finalizer from the claim and deleting it, if it is still the
+        claim of that UID (rollback of a claim the scheduler made); returns at once."""
+        ...
+
+    async def set_extended_claim_status(
+        self, namespace: str, pod: str, pod_uid: str, status: Mapping[str, Any]
+    ) -> WriteResult:
+        """Write the pod's ``status.extendedResourceClaimStatus``, if it is still the pod of that UID."""
+        ...
+
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         """Queue the removal of a pod from ``status.reservedFor`` (rollback); returns at once."""
         ...

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from usher.core.dra.allocation import Allocation
+from usher.core.dra.extended import classes_by_resource
 from usher.core.dra.model import (
     Claim,
     DeviceClass,
@@ -70,6 +71,10 @@ class DraState:
         self._assumed: dict[str, Claim] = {}
         self.slices: dict[str, Slice] = {}
         self.classes: dict[str, DeviceClass] = {}
+        self.class_of_resource: dict[str, str] = {}
+        """Extended resource name -> the DeviceClass serving it (`usher.core.dra.extended`)."""
+        self._extended_claims: dict[str, str] = {}
+        """Pod UID -> the key of the claim the scheduler made for its extended resources."""
         self.slices_version = 0
         """Bumped on every slice change, so a per-cycle inventory is rebuilt only when needed."""
         self.in_flight: dict[str, InFlight] = {}
@@ -188,6 +193,13 @@ class DraState:
         if not sharers:
             self.remove_in_flight(key)
 
+    def move_in_flight(self, key: str, to: str) -> None:
+        """The claim held in flight under ``key`` was created as ``to`` (a pod's extended-resource claim)."""
+        entry = self.in_flight.pop(key, None)
+        if entry is not None:
+            self.in_flight[to] = entry
+            self._sharers[to] = self._sharers.pop(key, {entry.pod})
+
     def remove_in_flight(self, key: str) -> InFlight | None:
         """Drop the in-flight allocation, whoever shares it (it was written, or is void)."""
         self._sharers.pop(key, None)
@@ -219,13 +231,19 @@ class DraState:
         if deleted:
             self.classes.pop(name, None)
             self.broken.pop(f"class/{name}", None)
-            return
-        try:
-            self.classes[name] = parse_class(raw)
-            self.broken.pop(f"class/{name}", None)
-        except ModelError as exc:
-            self.classes.pop(name, None)
-            self.broken[f"class/{name}"] = f"DeviceClass {name}: {exc}"
+        else:
+            try:
+                self.classes[name] = parse_class(raw)
+                self.broken.pop(f"class/{name}", None)
+            except ModelError as exc:
+                self.classes.pop(name, None)
+                self.broken[f"class/{name}"] = f"DeviceClass {name}: {exc}"
+        self.class_of_resource = classes_by_resource(self.classes.values())
+
+    def extended_claim(self, pod_uid: str) -> Claim | None:
+        """The claim the scheduler made for the pod's extended resources, if it exists."""
+        key = self._extended_claims.get(pod_uid)
+        return self.claim(key) if key is not None else None
 
     # ------------------------------------------------------------------ devices
 
@@ -234,6 +252,10 @@ class DraState:
         return self._use
 
     def _recount(self, old: Claim | None, new: Claim | None) -> None:
+        if old is not None and old.extended_for and self._extended_claims.get(old.extended_for) == old.key:
+            del self._extended_claims[old.extended_for]
+        if new is not None and new.extended_for:
+            self._extended_claims[new.extended_for] = new.key
         before = allocated_devices(old) if old is not None else set()
         after = allocated_devices(new) if new is not None else set()
         if before == after:

@@ -276,6 +276,17 @@ class _Unconnected:
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         self._refuse()
 
+    async def create(self, claim: Mapping[str, Any]) -> WriteResult:
+        self._refuse()
+
+    def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
+        self._refuse()
+
+    async def set_extended_claim_status(
+        self, namespace: str, pod: str, pod_uid: str, status: Mapping[str, Any]
+    ) -> WriteResult:
+        self._refuse()
+
     def deallocate(
         self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
     ) -> None:

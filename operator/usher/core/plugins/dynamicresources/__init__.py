@@ -33,6 +33,17 @@
   resourceClaimStatuses, device classes, slices, and nodes. A claim usher
   wrote raises its event when the write is assumed (``DraState.on_assumed``).
 
+- Extended resources backed by DeviceClasses (DRAExtendedResource,
+  core/dra/extended.py): a pod asking for one is handled here on every node
+  whose allocatable lacks it. Filter plans a claim of the pod's own for those
+  resources (one per set of resources nodes leave to DRA) beside its other
+  claims; Reserve holds its devices in flight; PreBind creates it (named
+  ``<pod>-extended-resources-*``, the pod its controller, with the finalizer),
+  writes its allocation and reservation, and records it in the pod's
+  ``status.extendedResourceClaimStatus``; Unreserve deletes it. A claim an
+  earlier attempt made (usher stopped in between) rejects every node until
+  PostFilter has deleted it, as in kube-scheduler.
+
 A malformed selector (CEL error) or object is reported on the pods it
 blocks (UnschedulableAndUnresolvable with the error) and never stops the
 scheduler.
@@ -67,8 +78,9 @@ from usher.core.dra.allocation import (
     remembered_outcome,
     surely_unsatisfiable,
 )
+from usher.core.dra.extended import RequestMapping, claim_object, extended_requests, is_extended_name
 from usher.core.dra.matching import SelectorResults
-from usher.core.dra.model import SCHEDULING_GROUP, Claim, DeviceId
+from usher.core.dra.model import FINALIZER, SCHEDULING_GROUP, Claim, DeviceId, parse_claim
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
@@ -109,10 +121,12 @@ if TYPE_CHECKING:
 
 NAME = DYNAMIC_RESOURCES
 STATE_KEY = "DynamicResources/state"
-FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_WRITE_ATTEMPTS = 5
 DEFAULT_FILTER_TIMEOUT = 10.0
 _CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE, resolvable=False)
+_STALE = unschedulable("cannot schedule extended resource claim", resolvable=False)
+"""Every node, while a claim an earlier attempt made for the pod's extended resources exists (PostFilter
+deletes it; kube-scheduler's filterExtendedResources)."""
 
 
 def _rejection(outcome: AllocationOutcome, node: NodeInfo) -> Status:
@@ -143,6 +157,15 @@ class DraHandle(Protocol):
     def pod_groups(self) -> PodGroupStates: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _ExtendedPlan:
+    """A pod's extended-resource claim for one set of resources, and the plan of all its unallocated claims."""
+
+    claim: Claim
+    mappings: tuple[RequestMapping, ...]
+    plan: ClaimsPlan
+
+
 @dataclass(slots=True)
 class _CycleData:
     claims: list[tuple[PodClaim, Claim]]
@@ -166,6 +189,20 @@ class _CycleData:
     """Allocated (or pending) claims whose allocation kept the pod off some node (for PostFilter)."""
     pinned: list[tuple[Claim, Mapping[str, Any] | None]] = field(default_factory=list)
     """The allocated and pending claims with the node selector of their allocation: they keep the pod there."""
+    extended: frozenset[str] = frozenset()
+    """The pod's extended resources a DeviceClass serves (DRAExtendedResource): allocated here on a node
+    whose allocatable has none of them."""
+    stale: Claim | None = None
+    """A claim an earlier attempt made for the pod's extended resources: no node passes until PostFilter
+    has deleted it (kube-scheduler cannot tell whether its allocation still holds either)."""
+    extended_plans: dict[frozenset[str], _ExtendedPlan] = field(default_factory=dict)
+    """The extended resources a node leaves to DRA -> the claim for them, planned with the unallocated ones."""
+    extended_on: dict[NodeName, _ExtendedPlan] = field(default_factory=dict)
+    """The plan each node that passed Filter used, where it allocated extended resources."""
+    extended_chosen: _ExtendedPlan | None = None
+    """The chosen node's (Reserve), until Unreserve."""
+    extended_created: Claim | None = None
+    """The pod's extended-resource claim once PreBind created it (Unreserve deletes it)."""
 
     def __post_init__(self) -> None:
         self.pinned = [(claim, (claim.allocation or {}).get("nodeSelector")) for claim in self.allocated]
@@ -277,17 +314,29 @@ class DynamicResources:
 
     # ------------------------------------------------------------------ PreFilter / Filter
 
+    def _extended(self, pod: PodInfo) -> frozenset[str]:
+        """The pod's extended resources a DeviceClass serves (DRAExtendedResource)."""
+        served = self._dra.class_of_resource
+        if not served:
+            return frozenset()
+        return frozenset(r for r in pod.requests if r in served and is_extended_name(r))
+
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]
     ) -> tuple[PreFilterResult | None, Status]:
+        extended = self._extended(pod)
         if not (pod.raw.get("spec") or {}).get("resourceClaims"):
-            return None, Status(Code.SKIP)
-        claims, status = self._resolve(pod)
-        if not status.ok:
-            return None, status
-        bindings, status = self._bindings(pod, claims)
-        if not status.ok:
-            return None, status
+            if not extended:
+                return None, Status(Code.SKIP)
+            claims: list[tuple[PodClaim, Claim]] = []
+            bindings: dict[str, dict[str, str]] = {}
+        else:
+            claims, status = self._resolve(pod)
+            if not status.ok:
+                return None, status
+            bindings, status = self._bindings(pod, claims)
+            if not status.ok:
+                return None, status
         allocated: list[Claim] = []
         pending: list[tuple[Claim, InFlight]] = []
         unallocated: list[Claim] = []
@@ -316,7 +365,7 @@ class DynamicResources:
                             resolvable=False,
                         )
             unallocated.append(claim)
-        if not claims:
+        if not claims and not extended:
             return None, Status(Code.SKIP)
         inventory = self._current_inventory()
         state.write(
@@ -330,11 +379,30 @@ class DynamicResources:
                 inventory,
                 plan_claims(unallocated, self._dra.classes, memo=self._matches),
                 # A dict copy keeps the keys' hashes: no device id is hashed again.
-                dict(self._dra.in_use()) if unallocated else {},
+                dict(self._dra.in_use()) if unallocated or extended else {},
                 self._dra.use_version,
+                extended=extended,
+                stale=self._dra.extended_claim(pod.uid) if extended else None,
             ),
         )
         return None, SUCCESS
+
+    def _plan_on(self, data: _CycleData, pod: PodInfo, node: NodeInfo) -> tuple[ClaimsPlan, _ExtendedPlan | None]:
+        """The plan of the pod's unallocated claims on ``node``: with its extended-resource claim for the
+        resources the node's allocatable lacks (kube-scheduler's filterExtendedResources)."""
+        if not data.extended:
+            return data.plan, None
+        allocatable = node.allocatable
+        leftover = frozenset(r for r in data.extended if not allocatable.get(r, 0))
+        if not leftover:
+            return data.plan, None  # a device plugin serves them all here: NodeResourcesFit's to check
+        extended = data.extended_plans.get(leftover)
+        if extended is None:
+            requests, mappings = extended_requests(pod.raw, leftover, self._dra.class_of_resource)
+            claim = parse_claim(claim_object(pod.raw, requests))
+            plan = plan_claims([*data.unallocated, claim], self._dra.classes, memo=self._matches)
+            extended = data.extended_plans[leftover] = _ExtendedPlan(claim, tuple(mappings), plan)
+        return extended.plan, extended
 
     def _group_of(self, pod: PodInfo) -> PodGroupKey | None:
         """The pod's PodGroup when gangs are on (its pods may share an allocation in flight), else None."""
@@ -352,9 +420,15 @@ class DynamicResources:
         data: _CycleData | None = state.get(STATE_KEY)
         if data is None:
             return SUCCESS
+        if data.stale is not None:
+            return _STALE
         rejected = self._pinned_elsewhere(data, node)
-        if rejected is None and data.unallocated:
-            rejected = self._allocate_on(data, node, None, self._use_versions(data))
+        if rejected is None:
+            plan, extended = self._plan_on(data, pod, node)
+            if plan.claims:
+                rejected = self._allocate_on(data, plan, node, None, self._use_versions(data))
+                if rejected is None and extended is not None:
+                    data.extended_on[node.name] = extended
         return SUCCESS if rejected is None else rejected
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
@@ -362,19 +436,27 @@ class DynamicResources:
         data: _CycleData | None = state.get(STATE_KEY)
         if data is None:
             return [None] * len(nodes)
-        if not data.unallocated:
+        if data.stale is not None:
+            return [_STALE] * len(nodes)
+        if not data.unallocated and not data.extended:
             return [self._pinned_elsewhere(data, node) for node in nodes]
         inventory = data.inventory
-        plan = data.plan
         in_use = data.in_use
         versions = self._use_versions(data)
-        # What memory tells holds for the live in-use versions: only if nothing changed since PreFilter.
-        known = versions if plan.plain or plan.checkable else None
         outcomes = data.outcomes
+        fixed = None if data.extended else (data.plan, None)
         results: list[Status | None] = []
         for node in nodes:
             rejected = self._pinned_elsewhere(data, node) if data.pinned else None
             if rejected is None:
+                plan, extended = fixed or self._plan_on(data, pod, node)
+                if not plan.claims:
+                    results.append(None)
+                    continue
+                if extended is not None:
+                    data.extended_on[node.name] = extended  # read only where the node passes
+                # What memory tells holds for the live in-use versions: only if nothing changed since PreFilter.
+                known = versions if plan.plain or plan.checkable else None
                 pools = None
                 if known is not None:
                     try:
@@ -392,7 +474,7 @@ class DynamicResources:
                         elif surely_unsatisfiable(plan, pools, in_use, known):
                             results.append(_CANNOT_ALLOCATE)
                             continue
-                rejected = self._allocate_on(data, node, pools, versions)
+                rejected = self._allocate_on(data, plan, node, pools, versions)
             results.append(rejected)
         return results
 
@@ -420,13 +502,14 @@ class DynamicResources:
     def _allocate_on(
         self,
         data: _CycleData,
+        plan: ClaimsPlan,
         node: NodeInfo,
         pools: Sequence[VisiblePool] | None,
         use_versions: Mapping[tuple[str, str], int] | None,
     ) -> Status | None:
-        """Allocate the unallocated claims on the node: None (and the outcome kept) or why not."""
+        """Allocate the claims ``plan`` holds on the node: None (and the outcome kept) or why not."""
         outcome = allocate(
-            data.plan,
+            plan,
             node_name=node.name,
             node_labels=node.labels,
             inventory=data.inventory,
@@ -453,7 +536,8 @@ class DynamicResources:
                 return unschedulable(
                     f"resource claim {claim.key} is in the process of being allocated", resolvable=False
                 )
-        if not data.unallocated:
+        extended = data.extended_on.get(node)
+        if not data.unallocated and extended is None:
             return SUCCESS
         outcome = data.outcomes.get(node)
         if outcome is None:
@@ -462,6 +546,11 @@ class DynamicResources:
         for claim in data.unallocated:
             allocation = outcome.allocations[claim.uid]
             self._dra.add_in_flight(claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices(), group))
+        if extended is not None:
+            claim = extended.claim
+            allocation = outcome.allocations[claim.uid]
+            self._dra.add_in_flight(claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices()))
+            data.extended_chosen = extended
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: NodeName) -> None:
@@ -470,11 +559,19 @@ class DynamicResources:
             return
         for claim in [*data.unallocated, *(claim for claim, _ in data.pending)]:
             self._dra.release_in_flight(claim.key, pod.key)
+        created = data.extended_created
+        if data.extended_chosen is not None:
+            self._dra.release_in_flight((created or data.extended_chosen.claim).key, pod.key)
+            data.extended_chosen = None
         for key in data.reserved:
             reserved = self._dra.claim(key)
-            if reserved is not None:
+            if reserved is not None and (created is None or key != created.key):
                 self._writer.remove_reservation(reserved.namespace, reserved.name, reserved.uid, pod.uid)
         data.reserved.clear()
+        if created is not None:
+            # Made for this attempt only: kube-scheduler's unreserveExtendedResourceClaim deletes it.
+            self._writer.delete_claim(created.namespace, created.name, created.uid)
+            data.extended_created = None
 
     # ------------------------------------------------------------------ PreBind
 
@@ -486,6 +583,37 @@ class DynamicResources:
             status = await self._reserve_for(pod, claim_key(claim.namespace, claim.name), data)
             if not status.ok:
                 return status
+        if data.extended_chosen is not None:
+            return await self._bind_extended(pod, data.extended_chosen, data)
+        return SUCCESS
+
+    async def _bind_extended(self, pod: PodInfo, extended: _ExtendedPlan, data: _CycleData) -> Status:
+        """Create the pod's extended-resource claim (with the delete-protection finalizer), write its allocation
+        and reservation as any other's, then record it in the pod's ``status.extendedResourceClaimStatus``
+        (kube-scheduler's bindClaim and patchPodExtendedResourceClaimStatus)."""
+        claim = data.extended_created
+        if claim is None:
+            raw = copy.deepcopy(dict(extended.claim.raw))
+            meta = raw["metadata"]
+            del meta["name"], meta["uid"]
+            meta["finalizers"] = [FINALIZER]
+            created = await self._writer.create(raw)
+            if not created.ok:
+                return error(f"creating the claim for the pod's extended resources: {created.message}")
+            claim = data.extended_created = self._dra.assume(created.body)
+            self._dra.move_in_flight(extended.claim.key, claim.key)
+            data.bindings = {**data.bindings, claim.key: {"resource": "pods", "name": pod.name, "uid": pod.uid}}
+        status = await self._reserve_for(pod, claim.key, data)
+        if not status.ok:
+            return status
+        written = await self._writer.set_extended_claim_status(
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            {"requestMappings": [m.to_api() for m in extended.mappings], "resourceClaimName": claim.name},
+        )
+        if not written.ok:
+            return error(f"recording the extended resource claim {claim.name} in the pod's status: {written.message}")
         return SUCCESS
 
     async def _reserve_for(self, pod: PodInfo, key: str, data: _CycleData) -> Status:
@@ -559,7 +687,13 @@ class DynamicResources:
         else holds, so the next attempt may allocate it anew (kube-scheduler's PostFilter; it runs before
         DefaultPreemption: better an idle claim deallocated than a pod evicted)."""
         data: _CycleData | None = state.get(STATE_KEY)
-        message = self._deallocate_unavailable(data, pod.uid) if data is not None else ""
+        message = ""
+        if data is not None and data.stale is not None:
+            stale = data.stale
+            self._writer.delete_claim(stale.namespace, stale.name, stale.uid)
+            message = f"deletion of ResourceClaim {stale.key} requested"
+        elif data is not None:
+            message = self._deallocate_unavailable(data, pod.uid)
         return PostFilterResult(Status(Code.UNSCHEDULABLE, (message,) if message else ()))
 
     def pod_group_post_filter(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> Status:
@@ -645,10 +779,10 @@ class DynamicResources:
                 ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE), hint=self._class_hint
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE), hint=_uses_claims
+                ClusterEvent(Resource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE), hint=self._uses_devices
             ),
             ClusterEventWithHint(
-                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL), hint=_uses_claims
+                ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL), hint=self._uses_devices
             ),
         ]
 
@@ -676,8 +810,17 @@ class DynamicResources:
         wanted = referenced_claim_names(pod.raw)
         return QueueingHint.QUEUE if meta.get("name") in wanted else QueueingHint.QUEUE_SKIP
 
+    def _uses_devices(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Whether the pod waits for devices at all: it has claims, or extended resources a class serves."""
+        if (pod.raw.get("spec") or {}).get("resourceClaims") or self._extended(pod):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
     def _class_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         name = ((new or old or {}).get("metadata") or {}).get("name")
+        served = self._dra.class_of_resource
+        if any(served.get(resource) == name for resource in self._extended(pod)):
+            return QueueingHint.QUEUE
         for pod_claim in resolve_pod_claims(pod.raw).claims:
             claim = self._dra.claim(claim_key(pod.namespace, pod_claim.claim_name))
             if claim is None:
@@ -716,10 +859,6 @@ def _nothing_to_wait_for(old: Any, new: Any) -> bool:
     if new is None:
         return not ((old or {}).get("status") or {}).get("allocation")
     return old is not None and (old.get("status") or {}) == (new.get("status") or {})
-
-
-def _uses_claims(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    return QueueingHint.QUEUE if (pod.raw.get("spec") or {}).get("resourceClaims") else QueueingHint.QUEUE_SKIP
 
 
 def new(args: Mapping[str, Any], handle: Any) -> DynamicResources:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
+from usher.core.dra.extended import IMPLICIT_PREFIX, is_extended_name
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
@@ -131,6 +132,11 @@ class NodeResourcesFit:
         group = resource.split("/", 1)[0] if "/" in resource else ""
         return bool(group) and group in self.args.ignored_groups
 
+    def _checks(self, pod: PodInfo) -> list[tuple[str, int, str, bool]]:
+        """`_checks` with the pod's resources a DeviceClass serves (DRAExtendedResource) marked delegable."""
+        served = self._handle.dra.class_of_resource if self._handle is not None else {}
+        return _checks(pod, self._ignored, served)
+
     def fits(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> bool:
         """``filter(...).ok`` without the reasons (preemption's dry runs ask this thousands of times)."""
         requests = pod.requests
@@ -141,7 +147,7 @@ class NodeResourcesFit:
                 and (cpu is None or cpu <= node.allocatable_cpu - node.requested_cpu)
                 and (memory is None or memory <= node.allocatable_memory - node.requested_memory)
             )
-        return not fit_reasons(pod, node, ignored=self._ignored)
+        return not _shortfalls(node, self._checks(pod))[0]
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         requests = pod.requests
@@ -152,7 +158,7 @@ class NodeResourcesFit:
                 memory is None or memory <= node.allocatable_memory - node.requested_memory
             ):
                 return SUCCESS
-        return _status(*_shortfalls(node, _checks(pod, self._ignored)))
+        return _status(*_shortfalls(node, self._checks(pod)))
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[Status | None]:
         """A few comparisons per node; ``filter`` (with its reasons) only for nodes that fail."""
@@ -184,7 +190,7 @@ class NodeResourcesFit:
             return results
         # Extended resources: ``fit_reasons``' checks made once per pod, and one Status per combination of
         # reasons, as above (a pod asking for a resource one node in 500 has fails 499 alike).
-        ordered = _checks(pod, self._ignored)
+        ordered = self._checks(pod)
         by_reasons: dict[tuple[tuple[str, ...], bool], Status] = {}
         for node in nodes:
             shortfalls = _shortfalls(node, ordered)
@@ -306,6 +312,10 @@ class NodeResourcesFit:
             ClusterEventWithHint(
                 ClusterEvent(Resource.UNSCHEDULED_POD, ActionType.UPDATE_POD_SCALE_DOWN), hint=this_pod_changed
             ),
+            # A pod may wait for a DeviceClass to serve one of its extended resources (DRAExtendedResource).
+            ClusterEventWithHint(
+                ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE), hint=_class_serves_pod
+            ),
         ]
 
     def _room_freed(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
@@ -365,6 +375,19 @@ class NodeResourcesFit:
         return QueueingHint.QUEUE
 
 
+def _class_serves_pod(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """kube-scheduler's isSchedulableAfterDeviceClassEvent: a class added that serves one of the pod's
+    resources by its implicit name, or added or updated to serve one by ``spec.extendedResourceName`` (an
+    update that keeps the name changes nothing here)."""
+    served = ((new or {}).get("spec") or {}).get("extendedResourceName")
+    if old is not None:
+        if ((old.get("spec") or {}).get("extendedResourceName")) == served:
+            return QueueingHint.QUEUE_SKIP
+    elif IMPLICIT_PREFIX + str(((new or {}).get("metadata") or {}).get("name")) in pod.requests:
+        return QueueingHint.QUEUE
+    return QueueingHint.QUEUE if served is not None and served in pod.requests else QueueingHint.QUEUE_SKIP
+
+
 def _freed_node(old: Any, new: Any) -> str:
     """The node a deleted (or shrunk) pod held room on: where it was bound, else where it was nominated."""
     gone = old if old is not None else new
@@ -373,8 +396,8 @@ def _freed_node(old: Any, new: Any) -> str:
 
 
 def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
-    """Why ``pod`` does not fit on ``node`` (empty: it fits)."""
-    return list(_shortfalls(node, _checks(pod, ignored))[0])
+    """Why ``pod`` does not fit on ``node`` (empty: it fits), no resource left to DynamicResources."""
+    return list(_shortfalls(node, _checks(pod, ignored, {}))[0])
 
 
 _CHECK_ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
@@ -382,23 +405,28 @@ _CHECK_ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
 Go's map order: usher takes them by name)."""
 
 
-def _checks(pod: PodInfo, ignored: Any) -> list[tuple[str, int, str]]:
-    """(resource, the pod's request, the reason if short) of each resource checked, in kube-scheduler's order."""
+def _checks(pod: PodInfo, ignored: Any, served: Mapping[str, str]) -> list[tuple[str, int, str, bool]]:
+    """(resource, the pod's request, the reason if short, delegable) of each resource checked, in
+    kube-scheduler's order. Delegable: an extended resource a DeviceClass serves (``served``), which
+    DynamicResources allocates on a node whose allocatable has none of it (kube-scheduler's
+    shouldDelegateResourceToDRA)."""
     return [
-        (resource, amount, insufficient(resource))
+        (resource, amount, insufficient(resource), resource in served and is_extended_name(resource))
         for resource, amount in sorted(pod.requests.items(), key=lambda item: (_CHECK_ORDER.get(item[0], 3), item[0]))
         if resource != PODS and not (ignored is not None and ignored(resource))
     ]
 
 
-def _shortfalls(node: NodeInfo, checks: list[tuple[str, int, str]]) -> tuple[tuple[str, ...], bool]:
+def _shortfalls(node: NodeInfo, checks: list[tuple[str, int, str, bool]]) -> tuple[tuple[str, ...], bool]:
     """The reasons ``node`` lacks room for one more pod with these ``checks`` (empty: it fits), and whether
     the pod asks for more of some resource than the node has at all (then no eviction can make room)."""
     allocatable, used = node.allocatable, node.requested
     reasons: tuple[str, ...] = () if used.get(PODS, 0) < allocatable.get(PODS, 0) else (TOO_MANY_PODS,)
     never = False
-    for resource, amount, reason in checks:
+    for resource, amount, reason, delegable in checks:
         total = allocatable.get(resource, 0)
+        if delegable and total == 0:
+            continue  # DynamicResources allocates it here
         if amount > total - used.get(resource, 0):
             reasons += (reason,)
             never = never or amount > total
