@@ -631,6 +631,8 @@ def test_an_extended_resource_a_class_serves_is_allocated_through_a_claim_made_f
         "resourceClaimName": meta["name"],
     }
     assert len(handle.dra.in_use()) == 2 and not handle.dra.in_flight, "the written allocation holds them now"
+    data = state.get("DynamicResources/state")
+    assert data.in_use == {} and not data.extended_plans and not data.outcomes, "a binding pod keeps no search"
     # Both devices of that node are taken: the next pod asking for two goes to the other node.
     _, _, other, _ = cycle(fw, cache, gpu_pod("q", "2"))
     assert other is not None and other != node
