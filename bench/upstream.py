@@ -533,84 +533,135 @@ def run_order(
     return order
 
 
-async def run_selection(
-    selection: Selection,
-    options: Options,
-    base: Path,
-    on_run: Callable[[dict[str, Any]], None] | None = None,
-    *,
-    lead: int = 0,
-) -> dict[str, Any]:
-    """Every contender's runs of one test case, interleaved (``lead``: `run_order`'s); returns its result
-    document."""
-    plan = setup(selection, smoke=options.smoke, force=bool(options.names))
-    tc = plan.test_case
-    document: dict[str, Any] = {
-        "kind": "upstream",
-        "test_case": tc.name,
-        "group": tc.group,
-        "file": str(tc.file.relative_to(perfconfig.module_dir().parent)),
-        "workload": {
-            "name": plan.workload.name,
-            "params": dict(plan.workload.params),
-            "labels": list(tc.labels_of(plan.workload)),
-            "stand_in": selection.stand_in and not options.smoke,
-            "size": _size(tc, plan.workload),
-        },
-        "reason": selection.reason,
-        "tier": selection.tier,
-        "feature_gates": plan.gates,
-        "usher_feature_gates": plan.usher_gates,
-        "dropped_for_usher": list(plan.dropped_for_usher),
-        "scheduler_config": plan.config,
-        "status": plan.status,
-        "smoke": options.smoke,
-        "repetitions": options.repetitions,
-        "limit_repetitions": min(options.repetitions, options.limit_repetitions),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "runs": {},
-        "summary": {},
-    }
-    if plan.status != "ok":
-        logger.info("--- %s: %s", tc.name, plan.status)
-        return document
-    repetitions = options.repetitions
-    undecided = may_be_short(perfconfig.size(tc, plan.workload), options)
-    keys = [k for k in CONTENDER_KEYS if k in options.contenders]
-    contenders = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}
-    fewer = {"limit": options.limit_repetitions}
+class Case:
+    """One test case's runs (every contender, interleaved: `run_order` with ``lead``) and its result document."""
 
-    def planned(rounds: int) -> list[UpstreamRun]:
+    def __init__(self, selection: Selection, options: Options, base: Path, *, lead: int = 0) -> None:
+        self.options, self.base, self.lead = options, base, lead
+        self.plan = plan = setup(selection, smoke=options.smoke, force=bool(options.names))
+        tc = plan.test_case
+        self.document: dict[str, Any] = {
+            "kind": "upstream",
+            "test_case": tc.name,
+            "group": tc.group,
+            "file": str(tc.file.relative_to(perfconfig.module_dir().parent)),
+            "workload": {
+                "name": plan.workload.name,
+                "params": dict(plan.workload.params),
+                "labels": list(tc.labels_of(plan.workload)),
+                "stand_in": selection.stand_in and not options.smoke,
+                "size": _size(tc, plan.workload),
+            },
+            "reason": selection.reason,
+            "tier": selection.tier,
+            "feature_gates": plan.gates,
+            "usher_feature_gates": plan.usher_gates,
+            "dropped_for_usher": list(plan.dropped_for_usher),
+            "scheduler_config": plan.config,
+            "status": plan.status,
+            "smoke": options.smoke,
+            "repetitions": options.repetitions,
+            "limit_repetitions": min(options.repetitions, options.limit_repetitions),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "runs": {},
+            "summary": {},
+        }
+        self.keys = [k for k in CONTENDER_KEYS if k in options.contenders]
+        self.runs: dict[str, list[dict[str, Any]]] = {k: [] for k in self.keys}
+        self.repetitions = options.repetitions
+        self.undecided = plan.status == "ok" and may_be_short(perfconfig.size(tc, plan.workload), options)
+        self.order: list[UpstreamRun] = self.planned(self.repetitions) if plan.status == "ok" else []
+        if plan.status != "ok":
+            logger.info("--- %s: %s", tc.name, plan.status)
+
+    def planned(self, rounds: int) -> list[UpstreamRun]:
+        """The runs of ``rounds`` rounds, in running order (those of fewer rounds are its beginning)."""
+        plan, options = self.plan, self.options
+        tc = plan.test_case
+        contenders = {c.key: c for c in upstream_contenders(plan.usher_gates, plan.gates, plan.config)}
         out = []
-        for key, repetition in run_order(keys, rounds, fewer, lead=lead):
+        for key, repetition in run_order(self.keys, rounds, {"limit": options.limit_repetitions}, lead=self.lead):
             profile = (
                 options.profile_dir / f"{tc.name}.{plan.workload.name}.{key}-{repetition}.txt"
                 if options.profile_dir is not None
                 else None
             )
-            workdir = base / tc.name / f"{key}-{repetition}"
+            workdir = self.base / tc.name / f"{key}-{repetition}"
             out.append(UpstreamRun(plan, contenders[key], workdir, repetition, options.timeout, profile))
         return out
 
-    order = planned(repetitions)
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+    @property
+    def remaining(self) -> int:
+        return len(self.order) - sum(len(done) for done in self.runs.values())
+
+    def record(self, run: UpstreamRun, result: dict[str, Any]) -> list[UpstreamRun]:
+        """Keep a run's result; returns the runs of the rounds it adds, once the phases turn out short
+        (decided before the last round starts, so their planes start during runs as usual)."""
+        self.runs[run.contender.key].append(result)
+        if self.undecided and (short := short_phases(self.runs)) is not None:
+            self.undecided = False
+            if short:
+                added = self.planned(self.options.short_repetitions)[len(self.order) :]
+                self.order += added
+                self.repetitions = self.options.short_repetitions
+                return added
+        return []
+
+    def finish(self) -> dict[str, Any]:
+        """The result document, with every run and the summaries."""
+        if self.plan.status == "ok":
+            self.document["repetitions"] = self.repetitions
+            self.document["runs"] = self.runs
+            self.document["summary"] = {key: summarize(r) for key, r in self.runs.items()}
+        return self.document
+
+
+async def run_all(options: Options, out: Path, base: Path) -> int:
+    """Run every selected upstream test case; write ``out/<TestCase>.json`` each; returns the failed runs.
+
+    The runs of all test cases are one stream (`overlapped`): a test case's runs are added when the one before
+    has a single run left, so the first plane of each test case starts during the last run of the one before
+    (about 3 s a test case saved), and nothing measured overlaps a plane's start or stop.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    waiting = iter(enumerate(selections(options)))
+    order: list[UpstreamRun] = []
+    cases: dict[int, Case] = {}
+    """id(plan) -> its test case, for the runs in ``order``."""
+    last = [-1]
+    """The case whose runs were added last (only it may still add the next)."""
+
+    def finish(case: Case) -> None:
+        nonlocal failed
+        document = case.finish()
+        (out / result_name(case.plan.selection.key)).write_text(json.dumps(document, indent=1) + "\n")
+        failed += sum(1 for runs in document["runs"].values() for r in runs if r["status"] != "ok")
+
+    def add_next() -> None:
+        for position, selection in waiting:
+            case = Case(selection, options, base, lead=position)
+            if case.order:
+                cases[id(case.plan)] = case
+                order.extend(case.order)
+                last[0] = id(case.plan)
+                return
+            finish(case)  # nothing to run: its document says why
+
+    add_next()
     # Nothing measured overlaps another plane's start or stop (about 3 s a run saved, `overlapped`); smoke runs
     # start the next plane and measure at once.
     async for run, result in overlapped(order, keep=options.keep, prestart=options.prestart):
-        runs[run.contender.key].append(result)
-        if on_run is not None:
-            on_run(result)
-        if undecided and (short := short_phases(runs)) is not None:
-            # Decided before the last round starts, so the added rounds' planes start during runs as usual.
-            undecided = False
-            if short:
-                order.extend(planned(options.short_repetitions)[len(order) :])
-                repetitions = options.short_repetitions
-    document["repetitions"] = repetitions
-    document["runs"] = runs
-    document["summary"] = {key: summarize(r) for key, r in runs.items()}
-    return document
+        case = cases[id(run.plan)]
+        # Rounds a case adds are decided with two rounds left, before the next case's runs are added.
+        order += case.record(run, result)
+        if case.remaining <= 1 and last[0] == id(case.plan):
+            add_next()
+        if case.remaining == 0:
+            finish(case)
+            del cases[id(case.plan)]
+    return failed
 
 
 def _size(test_case: TestCase, workload: Workload) -> str:
@@ -622,17 +673,6 @@ def _size(test_case: TestCase, workload: Workload) -> str:
 
 def result_name(test_case: str) -> str:
     return f"{test_case}.json"
-
-
-async def run_all(options: Options, out: Path, base: Path) -> int:
-    """Run every selected upstream test case; write ``out/<TestCase>.json`` each; returns the failed runs."""
-    out.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    for position, selection in enumerate(selections(options)):
-        document = await run_selection(selection, options, base, lead=position)
-        (out / result_name(selection.key)).write_text(json.dumps(document, indent=1) + "\n")
-        failed += sum(1 for runs in document["runs"].values() for r in runs if r["status"] != "ok")
-    return failed
 
 
 #: Per run, besides scheduling: a control plane started and stopped, the scheduler started (5-7 s measured).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -762,7 +763,7 @@ def test_each_workload_s_first_run_goes_to_the_contender_its_position_names() ->
     firsts = [run_order(keys, 3, {"limit": 1}, lead=position)[0][0] for position in range(6)]
     assert firsts == keys + keys
     assert run_order(keys, 3, {"limit": 1}, lead=3) == run_order(keys, 3, {"limit": 1})
-    # Rounds added once a workload's phases turn out short continue the order (`upstream.run_selection`).
+    # Rounds added once a workload's phases turn out short continue the order (`upstream.Case.record`).
     for lead in range(3):
         three = run_order(keys, 3, {"limit": 1}, lead=lead)
         assert run_order(keys, 5, {"limit": 1}, lead=lead)[: len(three)] == three
@@ -989,3 +990,48 @@ def test_the_cluster_limit_allocates_one_device_per_requested_device() -> None:
     ]
     terms = allocation["nodeSelector"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]
+
+
+@needs_module
+async def test_all_test_cases_run_as_one_stream_and_short_ones_get_their_rounds_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`upstream.run_all` with each plane a name in a log: the next test case's first plane starts during the
+    last run of the one before, and rounds a short test case adds come right after its own runs."""
+    from bench import upstream
+    from bench.runner import parse_args, upstream_options
+
+    log: list[tuple[str, str]] = []
+
+    def name_of(run: Any) -> str:
+        return f"{run.plan.test_case.name}/{run.contender.key}-{run.result['repetition']}"
+
+    def start_plane(run: Any) -> str:
+        log.append(("up", name_of(run)))
+        return name_of(run)
+
+    async def execute(run: Any, plane_task: Any = None, settle: Any = ()) -> dict[str, Any]:
+        assert await plane_task == name_of(run)
+        if settle:
+            await asyncio.wait(settle)
+        log.append(("measuring", name_of(run)))
+        run.stopping = None
+        short = run.plan.test_case.name == "SchedulingRequiredPodAntiAffinityWithNSSelector"
+        phase = {"elapsed_s": 0.3 if short else 3.0, "scheduled": 100, "overall": 300.0}
+        return {**run.result, "status": "ok", "phases": [phase]}
+
+    monkeypatch.setattr(upstream.UpstreamRun, "start_plane", start_plane)
+    monkeypatch.setattr(upstream.UpstreamRun, "execute", execute)
+    options = upstream_options(
+        parse_args(["-u", "SchedulingRequiredPodAntiAffinityWithNSSelector", "-u", "SchedulingBasic"])
+    )
+    assert await upstream.run_all(options, tmp_path / "out", tmp_path / "runs") == 0
+
+    measured = [name for event, name in log if event == "measuring"]
+    short, basic = "SchedulingRequiredPodAntiAffinityWithNSSelector", "SchedulingBasic"
+    assert [n.split("/")[0] for n in measured] == [short] * 11 + [basic] * 7, "five rounds, then three"
+    documents = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "out").iterdir()}
+    assert documents[short]["repetitions"] == 5 and documents[basic]["repetitions"] == 3
+    assert [len(documents[short]["runs"][k]) for k in ("usher", "kube-scheduler", "limit")] == [5, 5, 1]
+    # SchedulingBasic's first plane was up before the short case's last run measured.
+    assert log.index(("up", f"{basic}/{measured[11].split('/')[1]}")) < log.index(("measuring", measured[10]))
