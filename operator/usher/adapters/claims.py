@@ -41,8 +41,7 @@ class DispatcherClaimWriter:
     async def create(self, claim: Mapping[str, Any]) -> WriteResult:
         namespace = str((claim.get("metadata") or {}).get("namespace"))
         request = Request("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", dict(claim))
-        result = await self._dispatcher.call(ApiCall.fixed("resourceclaim_create", None, request))
-        return WriteResult(result.status, result.body)
+        return await self._send("resourceclaim_create", request)
 
     def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
         # The finalizer first (kube-scheduler's deleteClaim): nothing else would remove it from a claim whose pod
@@ -63,8 +62,7 @@ class DispatcherClaimWriter:
     ) -> WriteResult:
         patch = {"metadata": {"uid": pod_uid}, "status": {"extendedResourceClaimStatus": dict(status)}}
         request = Request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status", patch, STRATEGIC_MERGE)
-        result = await self._dispatcher.call(ApiCall.fixed("pod_extended_resource_claim_status", None, request))
-        return WriteResult(result.status, result.body)
+        return await self._send("pod_extended_resource_claim_status", request)
 
     def remove_reservation(self, namespace: str, name: str, claim_uid: str, pod_uid: str) -> None:
         patch = {
@@ -93,5 +91,9 @@ class DispatcherClaimWriter:
     async def _write(self, call_type: str, suffix: str, claim: Mapping[str, Any]) -> WriteResult:
         meta = claim.get("metadata") or {}
         path = claim_path(str(meta.get("namespace")), str(meta.get("name"))) + suffix
-        result = await self._dispatcher.call(ApiCall.fixed(call_type, None, Request("PUT", path, dict(claim))))
+        return await self._send(call_type, Request("PUT", path, dict(claim)))
+
+    async def _send(self, call_type: str, request: Request) -> WriteResult:
+        """One write through the dispatcher (untracked, see the module docstring), awaited."""
+        result = await self._dispatcher.call(ApiCall.fixed(call_type, None, request))
         return WriteResult(result.status, result.body)
