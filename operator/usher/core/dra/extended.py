@@ -47,6 +47,13 @@ def is_extended_name(name: str) -> bool:
     return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
+def served_resources(resources: Iterable[str], class_of: Mapping[str, str]) -> frozenset[str]:
+    """Those of ``resources`` a DeviceClass serves (``class_of``: `classes_by_resource`)."""
+    if not class_of:
+        return frozenset()
+    return frozenset(r for r in resources if r in class_of and is_extended_name(r))
+
+
 def classes_by_resource(classes: Iterable[DeviceClass]) -> dict[str, str]:
     """Resource name -> the name of the DeviceClass that serves it."""
     out: dict[str, str] = {}

@@ -78,7 +78,7 @@ from usher.core.dra.allocation import (
     remembered_outcome,
     surely_unsatisfiable,
 )
-from usher.core.dra.extended import RequestMapping, claim_object, extended_requests, is_extended_name
+from usher.core.dra.extended import RequestMapping, claim_object, extended_requests, served_resources
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import FINALIZER, SCHEDULING_GROUP, Claim, DeviceId, parse_claim
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
@@ -324,10 +324,7 @@ class DynamicResources:
 
     def _extended(self, pod: PodInfo) -> frozenset[str]:
         """The pod's extended resources a DeviceClass serves (DRAExtendedResource)."""
-        served = self._dra.class_of_resource
-        if not served:
-            return frozenset()
-        return frozenset(r for r in pod.requests if r in served and is_extended_name(r))
+        return served_resources(pod.requests, self._dra.class_of_resource)
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]

@@ -5,7 +5,9 @@ requested resource (cpu, memory, ephemeral-storage, extended resources) must
 fit in allocatable minus the requests of the pods already counted on the
 node, whoever placed them. A node short of a resource is Unschedulable, or
 UnschedulableAndUnresolvable when the pod asks for more than the node's
-allocatable (kube-scheduler v1.37: preemption leaves such a node out). Score: ``LeastAllocated`` (spread, the default),
+allocatable (kube-scheduler v1.37: preemption leaves such a node out). A
+resource a DeviceClass serves is left to DynamicResources on a node whose
+allocatable has none of it. Score: ``LeastAllocated`` (spread, the default),
 ``MostAllocated`` (pack) or ``RequestedToCapacityRatio`` (a custom
 utilisation -> score curve) over the configured resources and weights; pods
 that request no cpu or memory count as 100m / 200Mi for scoring, as in
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
-from usher.core.dra.extended import IMPLICIT_PREFIX, is_extended_name
+from usher.core.dra.extended import IMPLICIT_PREFIX, served_resources
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
@@ -134,7 +136,11 @@ class NodeResourcesFit:
 
     def _checks(self, pod: PodInfo) -> list[tuple[str, int, str, bool]]:
         """`_checks` with the pod's resources a DeviceClass serves (DRAExtendedResource) marked delegable."""
-        served = self._handle.dra.class_of_resource if self._handle is not None else {}
+        served = (
+            served_resources(pod.requests, self._handle.dra.class_of_resource)
+            if self._handle is not None
+            else frozenset()
+        )
         return _checks(pod, self._ignored, served)
 
     def fits(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> bool:
@@ -188,7 +194,7 @@ class NodeResourcesFit:
                     status = failures[room] = self.filter(state, pod, node)
                 results.append(status)
             return results
-        # Extended resources: ``fit_reasons``' checks made once per pod, and one Status per combination of
+        # Extended resources: ``_checks`` made once per pod, and one Status per combination of
         # reasons, as above (a pod asking for a resource one node in 500 has fails 499 alike).
         ordered = self._checks(pod)
         by_reasons: dict[tuple[tuple[str, ...], bool], Status] = {}
@@ -395,23 +401,17 @@ def _freed_node(old: Any, new: Any) -> str:
     return str(spec.get("nodeName") or status.get("nominatedNodeName") or "")
 
 
-def fit_reasons(pod: PodInfo, node: NodeInfo, *, ignored: Any = None) -> list[str]:
-    """Why ``pod`` does not fit on ``node`` (empty: it fits), no resource left to DynamicResources."""
-    return list(_shortfalls(node, _checks(pod, ignored, {}))[0])
-
-
 _CHECK_ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
 """kube-scheduler's fitsRequest checks cpu, memory and ephemeral-storage in this order, then the others (in
 Go's map order: usher takes them by name)."""
 
 
-def _checks(pod: PodInfo, ignored: Any, served: Mapping[str, str]) -> list[tuple[str, int, str, bool]]:
+def _checks(pod: PodInfo, ignored: Any, served: frozenset[str]) -> list[tuple[str, int, str, bool]]:
     """(resource, the pod's request, the reason if short, delegable) of each resource checked, in
-    kube-scheduler's order. Delegable: an extended resource a DeviceClass serves (``served``), which
-    DynamicResources allocates on a node whose allocatable has none of it (kube-scheduler's
-    shouldDelegateResourceToDRA)."""
+    kube-scheduler's order. Delegable: a resource a DeviceClass serves (``served``), which DynamicResources
+    allocates on a node whose allocatable has none of it (kube-scheduler's shouldDelegateResourceToDRA)."""
     return [
-        (resource, amount, insufficient(resource), resource in served and is_extended_name(resource))
+        (resource, amount, insufficient(resource), resource in served)
         for resource, amount in sorted(pod.requests.items(), key=lambda item: (_CHECK_ORDER.get(item[0], 3), item[0]))
         if resource != PODS and not (ignored is not None and ignored(resource))
     ]
