@@ -628,10 +628,8 @@ async def run_all(options: Options, out: Path, base: Path) -> int:
     failed = 0
     waiting = iter(enumerate(selections(options)))
     order: list[UpstreamRun] = []
-    cases: dict[int, Case] = {}
-    """id(plan) -> its test case, for the runs in ``order``."""
-    last = [-1]
-    """The case whose runs were added last (only it may still add the next)."""
+    cases: dict[int, Case] = {}  # id(plan) -> its test case, for the runs in ``order``
+    last = -1  # id(plan) of the case whose runs were added last: only it adds the next
 
     def finish(case: Case) -> None:
         nonlocal failed
@@ -640,12 +638,13 @@ async def run_all(options: Options, out: Path, base: Path) -> int:
         failed += sum(1 for runs in document["runs"].values() for r in runs if r["status"] != "ok")
 
     def add_next() -> None:
+        nonlocal last
         for position, selection in waiting:
             case = Case(selection, options, base, lead=position)
             if case.order:
                 cases[id(case.plan)] = case
                 order.extend(case.order)
-                last[0] = id(case.plan)
+                last = id(case.plan)
                 return
             finish(case)  # nothing to run: its document says why
 
@@ -656,7 +655,7 @@ async def run_all(options: Options, out: Path, base: Path) -> int:
         case = cases[id(run.plan)]
         # Rounds a case adds are decided with two rounds left, before the next case's runs are added.
         order += case.record(run, result)
-        if case.remaining <= 1 and last[0] == id(case.plan):
+        if case.remaining <= 1 and last == id(case.plan):
             add_next()
         if case.remaining == 0:
             finish(case)
