@@ -104,6 +104,10 @@ class FaultProxy:
     stalls: list[Stall] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
     chaos: EveryNth | None = None
+    forwarding: set[asyncio.Future[aiohttp.ClientResponse]] = field(default_factory=set)
+    """Calls sent on to the API server whose status line has not come back yet."""
+    unclaimed: set[asyncio.Future[aiohttp.ClientResponse]] = field(default_factory=set)
+    """Of those, the ones whose client hung up: their answer is logged, then released unread."""
 
     def stall(self, method: str, path: str) -> Stall:
         """Start holding matching requests (safe to call from the test's thread)."""
@@ -175,12 +179,36 @@ class FaultProxy:
         """Send the request on to the API server; its status line is recorded as an ``Exchange``."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         data = await request.read()
-        upstream = await session.request(
-            request.method, self.control_plane.server + request.path_qs, headers=headers, data=data or None,
-            timeout=None,
-        )  # fmt: skip
-        self.exchanges.append(Exchange(request.method, request.path, upstream.status, arrived, time.monotonic()))
-        return upstream
+
+        async def send() -> aiohttp.ClientResponse:
+            upstream = await session.request(
+                request.method, self.control_plane.server + request.path_qs, headers=headers, data=data or None,
+                timeout=None,
+            )  # fmt: skip
+            self.exchanges.append(Exchange(request.method, request.path, upstream.status, arrived, time.monotonic()))
+            return upstream
+
+        # Once sent, the API server acts on the call whether or not its client is still there: a replica that
+        # exits with a binding in flight (its handler is cancelled when it hangs up) still has that binding
+        # logged, with the time the API server answered it.
+        sending = asyncio.ensure_future(send())
+        self.forwarding.add(sending)
+        sending.add_done_callback(self._forwarded)
+        try:
+            return await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            self.unclaimed.add(sending)
+            if sending.done():  # answered as the client hung up: the callback has already run
+                self._forwarded(sending)
+            raise
+
+    def _forwarded(self, sending: asyncio.Future[aiohttp.ClientResponse]) -> None:
+        """Forget a finished forward; release the answer nobody is left to relay."""
+        self.forwarding.discard(sending)
+        if sending in self.unclaimed:
+            self.unclaimed.discard(sending)
+            if not sending.cancelled() and sending.exception() is None:
+                sending.result().release()
 
 
 def _injected(status: int, retry_after: str | None, which: str) -> web.Response:
@@ -239,6 +267,10 @@ def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | No
         # session closes every socket (else they are garbage-collected later, in another test, as
         # "unclosed transport" ResourceWarnings that pytest turns into that test's failure).
         await asyncio.gather(*pending, return_exceptions=True)
+        sending = list(proxy.forwarding)
+        for task in sending:
+            task.cancel()
+        await asyncio.gather(*sending, return_exceptions=True)
         await session.close()
         await runner.cleanup()
 
