@@ -102,8 +102,6 @@ RUN_TIMEOUT_SECONDS = 30 * 60
 USHER_LACKS: dict[str, str] = {
     "ConsumableCapacity": "distinctAttribute constraints (DRAConsumableCapacity): the claim is refused as "
     "'matchAttribute: required (no other constraint is supported)'",
-    "ExtendedResourceScoring": "scoring extended resources backed by DRA device classes by their devices "
-    "(its scoringStrategy lists example.com/gpu; usher scores it by the node's allocatable)",
 }
 
 # --------------------------------------------------------------------------- what each scheduler gets

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -340,3 +341,50 @@ def test_extended_resources_a_device_class_serves_come_from_a_claim_usher_makes_
     wait_for(lambda: claims_of("first") == [], 60, "the first pod's claim deleted with it")
     [fourth] = claims_of("fourth")
     assert {r["pool"] for r in fourth["status"]["allocation"]["devices"]["results"]} == {first_node}
+
+
+def test_a_scoring_strategy_listing_a_resource_a_device_class_serves_scores_it_by_the_class_s_devices(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+    driver: Driver,
+    tmp_path: Path,
+) -> None:
+    """kube-scheduler v1.37 scores such a resource, on nodes whose allocatable lacks it, by the devices of the
+    class there and those in use. Two profiles score that resource alone: spreading (LeastAllocated), four pods
+    asking for a device each go two to each of two nodes; packing (MostAllocated), four more all go to one."""
+    resource = f"e2e.usher.dev/{namespace[-50:]}"
+    patched = driver.resource.read_device_class(driver.class_name)
+    patched.spec.extended_resource_name = resource
+    driver.resource.replace_device_class(driver.class_name, patched)
+    nodes = [kwok_nodes(f"dra{i}") for i in range(2)]
+    for node in nodes:
+        driver.publish_node(node, devices=8)
+    spread, packed = f"spread-{namespace[-50:]}", f"packed-{namespace[-50:]}"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: {spread}
+  pluginConfig:
+  - name: NodeResourcesFit
+    args: {{scoringStrategy: {{type: LeastAllocated, resources: [{{name: {resource}, weight: 1}}]}}}}
+- schedulerName: {packed}
+  pluginConfig:
+  - name: NodeResourcesFit
+    args: {{scoringStrategy: {{type: MostAllocated, resources: [{{name: {resource}, weight: 1}}]}}}}
+"""
+    )
+    usher(extra_args=("--config", str(config)))
+
+    def place(name: str, profile: str) -> str:
+        core_api.create_namespaced_pod(namespace, extended_pod(name, profile, resource, 1))
+        node: str = wait_for(lambda: core_api.read_namespaced_pod(name, namespace).spec.node_name, 30, f"{name} bound")
+        return node
+
+    spread_to = Counter(place(f"spread-{i}", spread) for i in range(4))
+    assert sorted(spread_to.values()) == [2, 2], f"spread by the devices in use: {spread_to}"
+    packed_to = Counter(place(f"packed-{i}", packed) for i in range(4))
+    assert len(packed_to) == 1, f"packed by the devices in use: {packed_to}"

@@ -12,8 +12,6 @@ from usher.core.cache import Cache
 from usher.core.framework.args import PluginArgsError
 from usher.core.framework.cycle_state import CycleState
 from usher.core.plugins.noderesources import NodeResourcesFit, parse_args
-from usher.core.plugins.noderesources.balanced import NodeResourcesBalancedAllocation
-from usher.core.plugins.noderesources.balanced import parse_args as balanced_args
 from usher.core.plugins.nodeunschedulable import NodeUnschedulable, node_schedulable
 from usher.core.plugins.schedulinggates import MESSAGE, SchedulingGates, gates_removed_from_this_pod
 from usher.core.types import Code, PodInfo, QueueingHint
@@ -375,16 +373,3 @@ def test_bad_shapes_name_their_field(shape: list[dict[str, int]], field: str) ->
             {"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": shape}}}
         )
     assert raised.value.field == field
-
-
-@pytest.mark.parametrize(
-    ("cpu", "memory", "expected"),
-    [("2", "2Gi", 100), ("4", "0", 50), ("1", "3Gi", 75)],
-    ids=["evenly used scores 100", "all cpu no memory scores 50", "a quarter vs three quarters scores 75"],
-)
-def test_balanced_allocation_prefers_even_use(cpu: str, memory: str, expected: int) -> None:
-    plugin = NodeResourcesBalancedAllocation(balanced_args({}))
-    node = node_info(make_node().capacity(cpu="4", memory="4Gi", pods=10).obj())
-    pod = make_pod().req(cpu=cpu, memory=memory).obj() if memory != "0" else make_pod().req(cpu=cpu).obj()
-    score, _ = plugin.score(CycleState(), info(pod), node)
-    assert score == expected

@@ -83,6 +83,19 @@ def _amount(name: str, value: str | int | float) -> int:
     return math.ceil(quantity)
 
 
+def is_scalar(name: str) -> bool:
+    """kube's ``IsScalarResourceName``: an extended resource (a domain-prefixed name outside ``kubernetes.io``,
+    not a quota ``requests.`` name), a ``kubernetes.io/``-prefixed native resource, hugepages or an attachable
+    volume count; not cpu, memory, ephemeral-storage or pods. Scoring leaves such a resource out for a pod that
+    does not ask for it. (kube also requires the name to be a qualified name; the API server's validation of
+    requests and of scheduler configuration already does.)"""
+    if name.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    if "/" not in name:
+        return False
+    return "kubernetes.io/" in name or not name.startswith("requests.")
+
+
 def resource_list(raw: Mapping[str, Any] | None) -> ResourceList:
     """Convert a ``{name: quantity}`` mapping from the API into a ResourceList."""
     if not raw:

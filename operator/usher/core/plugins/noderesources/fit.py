@@ -11,7 +11,9 @@ allocatable has none of it. Score: ``LeastAllocated`` (spread, the default),
 ``MostAllocated`` (pack) or ``RequestedToCapacityRatio`` (a custom
 utilisation -> score curve) over the configured resources and weights; pods
 that request no cpu or memory count as 100m / 200Mi for scoring, as in
-kube-scheduler, so empty pods still spread.
+kube-scheduler, so empty pods still spread. An extended resource the pod does
+not ask for is not scored; one a DeviceClass serves is scored by the class's
+devices on a node whose allocatable has none of it (`usher.core.dra.capacity`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
+from usher.core.dra.capacity import ClassDevices
 from usher.core.dra.extended import IMPLICIT_PREFIX, served_resources
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
@@ -30,7 +33,7 @@ from usher.core.framework.names import NODE_RESOURCES_FIT
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.plugins.shapes import Shape, parse_shape, shape_score
-from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, resource_list
+from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, is_scalar, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:
@@ -123,6 +126,8 @@ class NodeResourcesFit:
     def __init__(self, args: FitArgs, handle: Handle | None = None) -> None:
         self.args = args
         self._handle = handle
+        self._devices = ClassDevices(handle.dra) if handle is not None else None
+        """For scored resources a DeviceClass serves (DRAExtendedResource)."""
         self._plain = not (self._ignored(CPU) or self._ignored(MEMORY))
         """cpu and memory are checked (not in ``ignoredResources``): ``filter``'s scalar fast path applies."""
         self._scores_for: Scores = PerNodeByKind()
@@ -244,12 +249,20 @@ class NodeResourcesFit:
         return scores, SUCCESS
 
     def _node_score(self, node: NodeInfo, amounts: list[tuple[str, int, int, bool]]) -> int:
+        """kube's calculateNodeAllocatableRequest, then the strategy's scorer: a resource the node has none of is
+        left out, and so is an extended resource the pod does not ask for; one a DeviceClass serves counts the
+        class's devices on a node without it in allocatable (`usher.core.dra.capacity`)."""
         total = weights = 0
         for resource, weight, amount, non_zero in amounts:
+            if (not amount and is_scalar(resource)) or resource == PODS:  # kube's NodeInfo has no "pods" scalar
+                continue
             capacity = node.allocatable.get(resource, 0)
+            used = (node.non_zero_requested if non_zero else node.requested).get(resource, 0)
+            if not capacity and self._devices is not None:
+                capacity, used = self._devices.totals(resource, node.name, node.labels)
             if capacity <= 0:
                 continue
-            requested = (node.non_zero_requested if non_zero else node.requested).get(resource, 0) + amount
+            requested = used + amount
             if self.args.strategy == LEAST_ALLOCATED:
                 value = max(0, capacity - requested) * MAX_NODE_SCORE // capacity
             elif self.args.strategy == MOST_ALLOCATED:
