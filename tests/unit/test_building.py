@@ -107,7 +107,9 @@ def test_an_enabled_entry_moves_the_plugin_last_with_its_own_weight() -> None:
     assert [p.name for p, _ in fw.plugins.score].count("TaintToleration") == 1
 
 
-def test_a_score_weight_falls_back_to_the_multipoint_weight() -> None:
+def test_a_plugin_enabled_at_score_without_a_weight_weighs_1_not_its_multipoint_weight() -> None:
+    """kube-scheduler's getValidScoreWeights reads the score point's entries before multiPoint's and makes a
+    missing weight 1; multiPoint's weight counts only for plugins the score point does not name."""
     fw = build_framework(
         profile(
             multiPoint=PluginList(enabled=(PluginRef("NodeResourcesFit", weight=4),)),
@@ -116,7 +118,23 @@ def test_a_score_weight_falls_back_to_the_multipoint_weight() -> None:
         registry=in_tree_registry(),
         handle=FakeHandle(),
     )
-    assert [(p.name, w) for p, w in fw.plugins.score] == [("NodeResourcesFit", 4)]
+    assert [(p.name, w) for p, w in fw.plugins.score] == [("NodeResourcesFit", 1)]
+    fw = build_framework(
+        profile(score=PluginList(enabled=(PluginRef("TaintToleration"),))),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    weights = dict((p.name, w) for p, w in fw.plugins.score)
+    assert weights["TaintToleration"] == 1 and weights["NodeAffinity"] == 2  # the default's 3 and 2 otherwise
+
+
+def test_a_score_weight_comes_from_multipoint_where_the_score_point_does_not_name_the_plugin() -> None:
+    fw = build_framework(
+        profile(multiPoint=PluginList(enabled=(PluginRef("NodeResourcesFit", weight=4),))),
+        registry=in_tree_registry(),
+        handle=FakeHandle(),
+    )
+    assert dict((p.name, w) for p, w in fw.plugins.score)["NodeResourcesFit"] == 4
 
 
 def test_a_profile_without_a_queue_sort_plugin_is_refused() -> None:

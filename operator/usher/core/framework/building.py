@@ -178,6 +178,9 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         for ref in profile.plugins.get(point, PluginList()).disabled
     )
 
+    # A plugin enabled at score without a weight weighs 1, not its multiPoint weight: kube-scheduler's framework
+    # takes the score point's weights first and makes a missing one 1 (runtime.NewFramework).
+    own_score = {ref.name for ref in profile.plugins.get("score", PluginList()).enabled}
     queue_sort = [p for p in at("queueSort") if isinstance(p, QueueSortPlugin)]
     if len(queue_sort) > 1:
         raise ProfileError(
@@ -192,7 +195,7 @@ def _plugin_set(profile: ProfileConfig, instances: _Instances) -> PluginSet:
         post_filter=[p for p in at("postFilter") if isinstance(p, PostFilterPlugin)],
         pre_score=[p for p in at("preScore") if isinstance(p, PreScorePlugin)],
         score=[
-            (plugin, ref.weight or _multi_weight(multi, ref.name))
+            (plugin, ref.weight or (1 if ref.name in own_score else _multi_weight(multi, ref.name)))
             for ref in chosen["score"]
             if isinstance(plugin := instances.get(ref.name), ScorePlugin)
         ],
