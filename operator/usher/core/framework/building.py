@@ -10,8 +10,8 @@ list (``DEFAULT_PLUGINS``):
   every plugin coming from ``multiPoint``), its ``enabled`` adds plugins
   after those (moving one already there to the end) and must name a plugin
   implementing that point;
-- a score weight comes from the point's own entry, else the ``multiPoint``
-  entry, else 1.
+- a score weight comes from the point's own entry (1 when that entry gives
+  none, as in kube-scheduler), else the ``multiPoint`` entry, else 1.
 
 ``check_profile`` does all of it without a cluster, so a bad profile stops
 usher before it connects.
