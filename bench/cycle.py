@@ -58,6 +58,12 @@ class _Handle:
     def nominated_pods(self, node: str) -> Any:
         return []
 
+    def image(self, name: str) -> tuple[int, int] | None:
+        return self._cache.image(name)
+
+    def node_count(self) -> int:
+        return len(self._cache.node_infos())
+
     def node_of_pod(self, key: Any) -> Any:
         return self._cache.node_of_pod(key)
 

@@ -168,3 +168,32 @@ def test_every_kind_of_constraint_lands_pods_only_where_allowed(
     assert condition.reason == "Unschedulable"
     assert "node(s) didn't match pod anti-affinity rules" in condition.message
     assert scheduler.metric("scheduler_unschedulable_pods", plugin="InterPodAffinity") == 1
+
+
+def test_pods_go_to_the_nodes_that_already_have_their_image(
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    usher: Callable[..., UsherProcess],
+) -> None:
+    """ImageLocality: two of three nodes report the pods' 2 GB image in ``status.images`` (as a kubelet does
+    once it has pulled it); six pods all go to those two, where LeastAllocated alone would give the empty third
+    node some of them."""
+    image = f"registry.invalid/big-{namespace[-20:]}:v1"
+    nodes = [kwok_nodes(f"img{i}") for i in range(3)]
+    with_image = nodes[:2]
+    for node in with_image:
+        core_api.patch_node_status(node, {"status": {"images": [{"names": [image], "sizeBytes": 2 * 1024**3}]}})
+    wait_for(
+        lambda: all(core_api.read_node(n).status.images for n in with_image), 30, "the images in the nodes' status"
+    )
+    scheduler = usher()  # its first list of nodes holds the images
+    placed = []
+    for i in range(6):
+        manifest = pod_manifest(f"pod-{i}", scheduler.scheduler_name, cpu="500m")
+        manifest["spec"]["containers"][0]["image"] = image
+        core_api.create_namespaced_pod(namespace, manifest)
+        node = wait_for(lambda i=i: core_api.read_namespaced_pod(f"pod-{i}", namespace).spec.node_name, 30, "bound")
+        placed.append(node)
+    assert set(placed) <= set(with_image), f"only nodes with the image: {Counter(placed)}"
+    assert all(core_api.read_node(n).status.images for n in with_image), "kwok kept the images reported"

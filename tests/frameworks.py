@@ -179,6 +179,12 @@ class FakeHandle:
     def node_info(self, node: str) -> NodeInfo | None:
         return self.cache.node(node) if self.cache is not None else None
 
+    def image(self, name: str) -> tuple[int, int] | None:
+        return self.cache.image(name) if self.cache is not None else None
+
+    def node_count(self) -> int:
+        return len(self.cache.node_infos()) if self.cache is not None else 0
+
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         return self.nominator.nominated_pods(node)
 

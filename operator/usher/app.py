@@ -136,6 +136,12 @@ class PluginHandle:
     def node_info(self, node: str) -> NodeInfo | None:
         return self.cache.node(node)
 
+    def image(self, name: str) -> tuple[int, int] | None:
+        return self.cache.image(name)
+
+    def node_count(self) -> int:
+        return len(self.cache.node_infos())
+
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         return self.nominator.nominated_pods(node)
 

@@ -59,7 +59,9 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
         ("VolumeBinding", 1),
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
+        ("DynamicResources", 2),
         ("NodeResourcesBalancedAllocation", 1),
+        ("ImageLocality", 1),
     ]
     assert [p.name for p in fw.plugins.reserve] == ["VolumeBinding", "DynamicResources"]
     assert [p.name for p in fw.plugins.pre_bind] == ["VolumeBinding", "DynamicResources"]
@@ -69,7 +71,7 @@ def test_the_default_profile_has_kube_schedulers_plugins_in_order() -> None:
     assert [p.name for p in fw.plugins.permit] == [p.name for p in fw.plugins.placement_feasible] == ["GangScheduling"]
     assert [(p.name, w) for p, w in fw.plugins.placement_score] == [("NodeResourcesFit", 1)]
     assert fw.plugins.post_bind == []
-    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 19
+    assert len([p.name for p in fw.plugins.all]) == len(set([p.name for p in fw.plugins.all])) == 20
     assert "NoNodesAvailable" in fw.queueing_hints and "SchedulingGates" in fw.queueing_hints
 
 

@@ -90,7 +90,7 @@ def test_a_bad_configuration_file_exits_2_before_connecting(tmp_path: Path, conf
 def test_fields_usher_ignores_are_logged_once_at_start_up(tmp_path: Path) -> None:
     (tmp_path / "usher.yaml").write_text(
         HEADER + "parallelism: 8\nclientConnection: {kubeconfig: /nonexistent/kubeconfig, qps: 100}\n"
-        "profiles:\n- schedulerName: usher\n  pluginConfig: [{name: ImageLocality, args: {}}]\n"
+        "profiles:\n- schedulerName: usher\n  pluginConfig: [{name: NodeDeclaredFeatures, args: {}}]\n"
     )
     result = usher("--config", str(tmp_path / "usher.yaml"))
     ignored = [line.split(": ", 2)[2] for line in result.stderr.splitlines() if "accepted and ignored" in line]

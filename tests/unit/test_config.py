@@ -218,7 +218,7 @@ def test_args_of_a_kube_scheduler_plugin_usher_lacks_are_accepted_and_reported_i
 def test_plugin_args_keep_their_own_index_after_args_usher_ignores() -> None:
     with pytest.raises(ConfigError, match="^" + re.escape("profiles[0].pluginConfig[1].args.scoringStrategy.type:")):
         parse(
-            "profiles: [{schedulerName: a, pluginConfig: [{name: ImageLocality, args: {}},"
+            "profiles: [{schedulerName: a, pluginConfig: [{name: NodeDeclaredFeatures, args: {}},"
             " {name: NodeResourcesFit, args: {scoringStrategy: {type: Bogus}}}]}]"
         )
 

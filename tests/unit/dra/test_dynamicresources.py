@@ -16,7 +16,7 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from tests.frameworks import FakeHandle, framework_of, scheduling_queue
-from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
+from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice, sub_request
 from tests.unit.test_queue import Recorder
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
@@ -730,3 +730,42 @@ def test_device_events_retry_pods_waiting_for_an_extended_resource(handle: FakeH
     gpu = make_class().name(CLASS).obj()
     assert classes.hint(waiting, gpu, gpu) is QueueingHint.QUEUE
     assert classes.hint(waiting, None, make_class().name("other").obj()) is QueueingHint.QUEUE_SKIP
+
+
+# ---------------------------------------------------------------------- Score (DRAPrioritizedList)
+
+
+def test_a_node_that_can_give_an_earlier_first_available_alternative_scores_higher(
+    handle: FakeHandle, cache: Cache
+) -> None:
+    """kube-scheduler's Score: 8 for the first alternative, 7 for the second. n1 has one device left (another
+    claim holds one), so only the one-device alternative fits there; n2 gives the two-device first choice."""
+    result = {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu0"}
+    handle.dra.on_claim(False, make_claim().name("held").request("gpu", CLASS).allocated(result).obj())
+    handle.dra.on_claim(
+        False,
+        make_claim()
+        .name("c")
+        .first_available("gpu", sub_request("both", CLASS, count=2), sub_request("one", CLASS, count=1))
+        .obj(),
+    )
+    fw = framework_of("PrioritySort", "DynamicResources", "DefaultBinder", handle=handle)
+    plugin = next(p for p, _ in fw.plugins.score if p.name == "DynamicResources")
+    for seed in range(8):  # without the score the two nodes tie and the seeded draw picks either
+        info = PodInfo.from_api(claim_pod("p", claim="c"))
+        state = CycleState()
+        chosen = schedule(fw, state, info, cache.node_infos(), rng=random.Random(seed)).node
+        assert chosen == "n2", f"seed {seed}"
+        scores = {n.name: plugin.score(state, info, n)[0] for n in cache.node_infos()}
+        assert scores == {"n1": 7, "n2": 8}
+
+
+def test_pods_without_first_available_requests_are_not_scored(handle: FakeHandle, cache: Cache) -> None:
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", CLASS).obj())
+    fw = framework_of("PrioritySort", "DynamicResources", "DefaultBinder", handle=handle)
+    plugin = next(p for p, _ in fw.plugins.score if p.name == "DynamicResources")
+    info = PodInfo.from_api(claim_pod("p", claim="c"))
+    state = CycleState()
+    assert schedule(fw, state, info, cache.node_infos(), rng=random.Random(1)).node is not None
+    assert "DynamicResources" in state.skip_score_plugins
+    assert plugin.pre_score(state, info, cache.node_infos()).code is Code.SKIP  # type: ignore[attr-defined]

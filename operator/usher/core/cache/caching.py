@@ -152,6 +152,8 @@ class Cache:
         self._with_required_anti_affinity: dict[NodeName, NodeInfo] = {}
         self._claim_refs: dict[str, int] = {}
         """``namespace/claim`` -> counted pods using it (kube-scheduler's usedPVCRefCounts)."""
+        self._images: dict[str, tuple[int, set[NodeName]]] = {}
+        """Image name -> (its size, the nodes whose ``status.images`` name it)."""
 
     # -- nodes ---------------------------------------------------------------
 
@@ -162,7 +164,9 @@ class Cache:
             info = self._nodes[name] = NodeInfo(name=name, journal=self._journal)
         if not info.exists:
             self._node_list = None
+        self._forget_images(info)
         info.set_node(raw)
+        self._learn_images(info)
         return info
 
     def remove_node(self, name: str) -> None:
@@ -170,12 +174,39 @@ class Cache:
         if info is None:
             return
         self._node_list = None
+        self._forget_images(info)
         if info.pods:
             # Keep counting its pods: they may still be running until deleted.
             info.node_gone()
         else:
             del self._nodes[NodeName(name)]
             self._journal.forget(NodeName(name))
+
+    # -- images (ImageLocality) ------------------------------------------------
+
+    def image(self, name: str) -> tuple[int, int] | None:
+        """(size in bytes, how many nodes have it) of an image named in some node's ``status.images``, else None.
+
+        As kube-scheduler's image states: the size is the one the first node to report the name gave, kept while
+        any node still has it."""
+        state = self._images.get(name)
+        return (state[0], len(state[1])) if state is not None else None
+
+    def _forget_images(self, info: NodeInfo) -> None:
+        for name in info.images:
+            state = self._images.get(name)
+            if state is not None:
+                state[1].discard(info.name)
+                if not state[1]:
+                    del self._images[name]
+
+    def _learn_images(self, info: NodeInfo) -> None:
+        for name, size in info.images.items():
+            state = self._images.get(name)
+            if state is None:
+                self._images[name] = (size, {info.name})
+            else:
+                state[1].add(info.name)
 
     # -- namespaces (for namespaceSelector terms) ------------------------------
 

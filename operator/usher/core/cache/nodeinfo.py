@@ -78,6 +78,8 @@ class NodeInfo:
     non_zero_requested: ResourceList = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    images: Mapping[str, int] = field(default_factory=dict)
+    """Each name of an image in ``status.images`` -> the size the node reports for it (ImageLocality)."""
     taint_shape: tuple[tuple[Any, Any, Any], ...] = ()
     """(key, value, effect) of each taint, in order: all a toleration is matched against, hashable, so nodes
     tainted alike share one answer (TaintToleration keeps one per shape within a cycle)."""
@@ -122,6 +124,7 @@ class NodeInfo:
         self.labels = dict((raw.get("metadata") or {}).get("labels") or {})
         self.taints = tuple(spec.get("taints") or ())
         self.taint_shape = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in self.taints)
+        self.images = _images(status.get("images"))
         self.allocatable_cpu = self.allocatable.get(CPU, 0)
         self.allocatable_memory = self.allocatable.get(MEMORY, 0)
         self.allocatable_pods = self.allocatable.get(PODS, 0)
@@ -131,6 +134,7 @@ class NodeInfo:
         """The Node object was deleted while pods still count here (a placeholder until they go)."""
         self._changed()
         self.raw = None
+        self.images = {}
 
     def _copy_requested(self) -> None:
         requested = self.requested
@@ -196,6 +200,7 @@ class NodeInfo:
             non_zero_requested=dict(self.non_zero_requested),
             labels=self.labels,
             taints=self.taints,
+            images=self.images,
             taint_shape=self.taint_shape,
             used_ports=dict(self.used_ports),
             pods_with_affinity=self.pods_with_affinity,
@@ -218,3 +223,21 @@ class NodeInfo:
     def exists(self) -> bool:
         """False for a placeholder holding pods of a node the watch has not shown (or deleted)."""
         return self.raw is not None
+
+
+def _images(raw: Any) -> dict[str, int]:
+    """``status.images`` as name -> size in bytes (the first entry naming an image wins; a malformed entry or
+    size counts as no image or size 0, never an error: the kubelet writes this, the scheduler only ranks by it)."""
+    images: dict[str, int] = {}
+    if not isinstance(raw, list):
+        return images
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        size = entry.get("sizeBytes")
+        size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        names = entry.get("names")
+        for name in names if isinstance(names, list) else ():
+            if isinstance(name, str):
+                images.setdefault(name, size)
+    return images

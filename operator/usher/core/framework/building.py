@@ -74,9 +74,10 @@ DEFAULT_PLUGINS: tuple[PluginRef, ...] = (
     PluginRef(names.VOLUME_ZONE),
     PluginRef(names.POD_TOPOLOGY_SPREAD, weight=2),
     PluginRef(names.INTER_POD_AFFINITY, weight=2),
-    PluginRef(names.DYNAMIC_RESOURCES),
+    PluginRef(names.DYNAMIC_RESOURCES, weight=2),
     PluginRef(names.DEFAULT_PREEMPTION),
     PluginRef(names.NODE_RESOURCES_BALANCED_ALLOCATION, weight=1),
+    PluginRef(names.IMAGE_LOCALITY, weight=1),
     PluginRef(names.DEFAULT_BINDER),
     PluginRef(names.GANG_SCHEDULING),
 )
@@ -359,6 +360,12 @@ class _UnconnectedHandle:
 
     def node_info(self, node: str) -> NodeInfo | None:
         return None
+
+    def image(self, name: str) -> tuple[int, int] | None:
+        return None
+
+    def node_count(self) -> int:
+        return 0
 
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         return []

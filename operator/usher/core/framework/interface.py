@@ -427,6 +427,14 @@ class Handle(Protocol):
         """A node as cached now, assumed pods included; None when usher has not seen it (QueueingHints)."""
         ...
 
+    def image(self, name: str) -> tuple[int, int] | None:
+        """(size in bytes, nodes that have it) of an image some node's ``status.images`` names (ImageLocality)."""
+        ...
+
+    def node_count(self) -> int:
+        """How many nodes the cycle's snapshot holds (ImageLocality's spread of an image)."""
+        ...
+
     def nominated_pods(self, node: str) -> Sequence[PodInfo]:
         """The pods nominated to a node (QueueingHints that must count the room held for them)."""
         ...

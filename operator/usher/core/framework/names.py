@@ -25,9 +25,9 @@ VOLUME_RESTRICTIONS = "VolumeRestrictions"
 VOLUME_ZONE = "VolumeZone"
 NODE_VOLUME_LIMITS = "NodeVolumeLimits"
 GANG_SCHEDULING = "GangScheduling"
+IMAGE_LOCALITY = "ImageLocality"
 
 # kube-scheduler's in-tree plugins usher does not implement.
-IMAGE_LOCALITY = "ImageLocality"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
 DEFERRED_POD_SCHEDULING = "DeferredPodScheduling"
 TOPOLOGY_PLACEMENT_GENERATOR = "TopologyPlacementGenerator"

@@ -12,6 +12,7 @@ def in_tree_registry() -> Registry:
         defaultpreemption,
         dynamicresources,
         gangscheduling,
+        imagelocality,
         interpodaffinity,
         nodeaffinity,
         nodename,
@@ -48,6 +49,7 @@ def in_tree_registry() -> Registry:
         dynamicresources,
         defaultpreemption,
         balanced,
+        imagelocality,
         defaultbinder,
         gangscheduling,
     ):

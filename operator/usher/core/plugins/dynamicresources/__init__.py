@@ -19,6 +19,11 @@
   matching devices of each pool are kept per pool until one of its devices is
   taken or freed, so a plain claim's search costs a lookup on a pool nothing
   changed in since an earlier cycle.
+- Score (DRAPrioritizedList, weight 2): a node whose allocation picks an
+  earlier alternative of a ``firstAvailable`` request scores higher (8 for
+  the first, 1 for the eighth, summed over the pod's claims and scaled to
+  0-100 by the best node), as kube-scheduler scores it; skipped at PreScore
+  for pods with no such request.
 - Reserve: the chosen node's allocation is recorded in flight, so the next
   pod sees its devices taken and a pod sharing the claim waits.
 - PreBind: for each claim not yet reserved for the pod, add the
@@ -100,6 +105,7 @@ from usher.core.framework.interface import (
     ReservePlugin,
 )
 from usher.core.framework.names import DYNAMIC_RESOURCES
+from usher.core.framework.scoring import default_normalize, normalize_mapping
 from usher.core.hints import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only, this_pod_changed
 from usher.core.selectors import SelectorError, node_selector_matches
 from usher.core.types import (
@@ -123,6 +129,9 @@ NAME = DYNAMIC_RESOURCES
 STATE_KEY = "DynamicResources/state"
 MAX_WRITE_ATTEMPTS = 5
 DEFAULT_FILTER_TIMEOUT = 10.0
+FIRST_AVAILABLE_MAX = 8
+"""``firstAvailable`` lists at most this many alternatives (the API's FirstAvailableDeviceRequestMaxSize): the
+first scores 8, the last 1."""
 _CANNOT_ALLOCATE = unschedulable(REASON_CANNOT_ALLOCATE, resolvable=False)
 _STALE = unschedulable("cannot schedule extended resource claim", resolvable=False)
 """Every node, while a claim an earlier attempt made for the pod's extended resources exists (PostFilter
@@ -529,6 +538,52 @@ class DynamicResources:
             data.outcomes[node.name] = outcome
             return None
         return _rejection(outcome, node)
+
+    # ------------------------------------------------------------------ PreScore / Score (DRAPrioritizedList)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Status:
+        """Skip unless a claim of the pod has ``firstAvailable`` alternatives: every node would score 0 (kube
+        scores them all 0, which adds nothing either)."""
+        data: _CycleData | None = state.get(STATE_KEY)
+        if data is None or not any(r.first_available for _, c in data.claims for r in c.requests):
+            return Status(Code.SKIP)
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> tuple[int, Status]:
+        """kube-scheduler's Score: per ``firstAvailable`` request, ``8 - i`` for the ``i``-th alternative the
+        node's allocation picked, over the pod's claims (allocated ones by their allocation). A node Filter
+        allocated nothing on scores 0."""
+        data: _CycleData | None = state.get(STATE_KEY)
+        outcome = data.outcomes.get(node.name) if data is not None else None
+        if data is None or outcome is None:
+            return 0, SUCCESS
+        pending = {claim.key: in_flight.allocation.results for claim, in_flight in data.pending}
+        total = 0
+        for _, claim in data.claims:
+            if not any(r.first_available for r in claim.requests):
+                continue
+            if claim.key in pending:
+                results: Sequence[Mapping[str, Any]] = pending[claim.key]
+            elif claim.allocation is not None:
+                results = (claim.allocation.get("devices") or {}).get("results") or ()
+            else:
+                allocation = outcome.allocations.get(claim.uid)
+                results = allocation.results if allocation is not None else ()
+            picked = {str(r.get("request")) for r in results}
+            for request in claim.requests:
+                for i, sub in enumerate(request.first_available):
+                    if f"{request.name}/{sub.name}" in picked:
+                        total += FIRST_AVAILABLE_MAX - i
+        return total, SUCCESS
+
+    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        return normalize_mapping(self, state, pod, scores)
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
+        default_normalize(scores)
+        return SUCCESS
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 
