@@ -133,9 +133,14 @@ def leader_pod(target: Target) -> str:
 def test_helm_install_runs_both_replicas_as_pods_on_the_node(target: Target, tmp_path: Path) -> None:
     values = values_file(target, tmp_path, config={"profiles": [PROFILE]})
     target.helm("install", RELEASE, str(CHART), "-f", str(values), "--wait", "--timeout", "240s")
-    pods = target.usher_pods()
-    assert len(pods) == 2
-    assert all(running_and_ready(p) for p in pods), [(p.metadata.name, p.status.phase) for p in pods]
+
+    # helm's --wait reads the Deployment's status; each pod's own Ready condition follows its readiness probe
+    # (every 5 s) and reaches the API on the kubelet's status sync: wait for both, not for the first read.
+    def both_ready() -> list[kubernetes.client.V1Pod] | None:
+        pods = target.usher_pods()
+        return pods if len(pods) == 2 and all(running_and_ready(p) for p in pods) else None
+
+    pods = target.cluster.wait_for(both_ready, 60, "both replicas running and ready")
     assert all(s.restart_count == 0 for p in pods for s in p.status.container_statuses), "liveness probes pass"
     if target.node is not None:
         assert {p.spec.node_name for p in pods} == {target.node.name}
