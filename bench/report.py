@@ -163,9 +163,11 @@ def _other(data: dict[str, Any]) -> str:
     return f"{other / elapsed:.2f}"
 
 
-def _kube_for(key: str) -> str:
-    """Which kube-scheduler run a row is compared with: the one with the same PreQueueingHints setting."""
-    return "kube-scheduler-pqh-off" if key.endswith("off") else "kube-scheduler-pqh-on"
+def _kube_for(doc: dict[str, Any], key: str) -> str:
+    """Which kube-scheduler run a row is compared with: the one with the same PreQueueingHints setting, or
+    kube-scheduler as it ships (PreQueueingHints off) where the workload runs only that."""
+    same = "kube-scheduler-pqh-off" if key.endswith("off") else "kube-scheduler-pqh-on"
+    return same if same in doc["runs"] else "kube-scheduler-pqh-off"
 
 
 def _best_kube(doc: dict[str, Any], phase: str) -> tuple[float | None, str]:
@@ -179,15 +181,16 @@ def _best_kube(doc: dict[str, Any], phase: str) -> tuple[float | None, str]:
 
 
 def _runs_text(docs: list[dict[str, Any]]) -> str:
-    """How many times each contender ran per workload, e.g. "usher (PreQueueingHints on) 3 times, ..."."""
-    counts: dict[str, int] = {}
-    labels: dict[str, str] = {}
+    """How many times each contender ran, per group of workloads with the same plan, e.g.
+    "usher (PreQueueingHints on) 3 times, ..., bind limit 1 time (SchedulingGated_5000gated_1000pods, ...)"."""
+    plans: dict[str, list[str]] = {}
     for doc in docs:
-        for key, run in doc["runs"].items():
-            counts[key] = max(counts.get(key, 0), run.get("n", 1))
-            labels[key] = run.get("label", key)
-    ordered = sorted(counts, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
-    return ", ".join(f"{labels[k]} {counts[k]} time{'s' if counts[k] != 1 else ''}" for k in ordered)
+        runs = doc["runs"]
+        ordered = sorted(runs, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
+        counts = [(runs[k].get("label", k), runs[k].get("n", 1)) for k in ordered]
+        plan = ", ".join(f"{label} {n} time{'s' if n != 1 else ''}" for label, n in counts)
+        plans.setdefault(plan, []).append(doc["workload"]["name"])
+    return "; ".join(f"{plan} ({', '.join(names)})" for plan, names in plans.items())
 
 
 def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
@@ -209,7 +212,7 @@ def phase_table(doc: dict[str, Any], phase: str) -> list[str]:
             continue
         rate = _rate(doc, key, phase)  # None unless the run completed
         paced = phase == "ungate" and _paced(doc)  # the same pods/s for every contender: no ratio to read
-        vs_kube = _ratio(rate, _rate(doc, _kube_for(key), phase)) if run["family"] == "usher" and not paced else ""
+        vs_kube = _ratio(rate, _rate(doc, _kube_for(doc, key), phase)) if run["family"] == "usher" and not paced else ""
         vs_limit = _ratio(rate, limit) if key != "limit" and not paced else ""
         label = (
             run["label"]
@@ -739,8 +742,10 @@ def markdown(
         f"- Runs: {_runs_text(docs)}; each on a fresh control plane, interleaved (round r starts at the r-th "
         "contender, so slow drift hits each alike). Every number is the median over a contender's runs; "
         "pods/s also gives the lowest and highest.",
-        "- ratios: usher/kube-scheduler compares runs with the same PreQueueingHints setting; the targets "
-        "below compare usher (PreQueueingHints on, its default) with the faster kube-scheduler run.",
+        "- ratios: usher/kube-scheduler compares runs with the same PreQueueingHints setting (where a workload "
+        "runs only kube-scheduler as it ships, with it: PreQueueingHints off); the targets below compare usher "
+        "(PreQueueingHints on, its default) with the faster kube-scheduler run. The contenders a target "
+        'compares run 3 times, the others once or not at all (bench/README.md, "Contenders").',
         "- `other work, cores`: CPU the machine spent during the measured phase on anything but the "
         "scheduler, kube-apiserver, etcd, kube-controller-manager and the harness, per second of the phase. "
         "Above about 0.1 another workload shared the 2 CPUs and that row's numbers are low by up to that share.",

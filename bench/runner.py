@@ -570,9 +570,16 @@ def machine() -> dict[str, Any]:
     }
 
 
-#: usher with PreQueueingHints off runs in the first round only: no target rests on it (it shows what the
-#: gate buys usher), and three runs of it would take make bench past its 45 minutes.
-HAND_FEWER = {"usher-pqh-off": 1}
+def run_plan(
+    workload: Workload, keys: list[str], repetitions: int, limit_repetitions: int, *, planned: bool, lead: int
+) -> list[tuple[str, int]]:
+    """(contender, repetition) in running order (``upstream.run_order``): ``repetitions`` rounds, the bind limit
+    in the first ``limit_repetitions``; with ``planned``, each contender the workload's ``runs`` names in as
+    many rounds as it says (none: left out)."""
+    from bench.upstream import run_order
+
+    fewer = {"limit": limit_repetitions, **(dict(workload.runs) if planned else {})}
+    return run_order([k for k in keys if fewer.get(k, repetitions) > 0], repetitions, fewer, lead=lead)
 
 
 async def run_workload(
@@ -585,18 +592,19 @@ async def run_workload(
     repetitions: int = 1,
     limit_repetitions: int = 1,
     lead: int = 0,
+    planned: bool = True,
 ) -> dict[str, Any]:
     """Every contender's runs of one workload, interleaved as scheduler_perf's are (``upstream.run_order``,
-    ``lead`` its); returns the workload's result document, ``runs`` holding each contender's runs in order."""
-    from bench.upstream import run_order
-
-    fewer = {**HAND_FEWER, "limit": limit_repetitions}
+    ``lead`` its); returns the workload's result document, ``runs`` holding each contender's runs in order.
+    ``planned``: the workload's own ``runs`` apply (not when the caller named the contenders)."""
     by_contender = {c.key: c for c in contenders}
-    runs: dict[str, list[dict[str, Any]]] = {c.key: [] for c in contenders}
     order = [
         Run(workload, by_contender[key], base / workload.name / f"{key}-{repetition}", profile_dir, repetition)
-        for key, repetition in run_order(list(by_contender), repetitions, fewer, lead=lead)
+        for key, repetition in run_plan(
+            workload, list(by_contender), repetitions, limit_repetitions, planned=planned, lead=lead
+        )
     ]
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in order}
     async for run, result in overlapped(order, keep=keep):
         runs[run.contender.key].append(result)
     return {
@@ -688,6 +696,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 repetitions=options.repetitions,
                 limit_repetitions=options.limit_repetitions,
                 lead=position,
+                planned=not hand_keys,
             )
             document["smoke"] = bool(args.smoke)
             (out / f"{workload.name}.json").write_text(json.dumps(document, indent=1) + "\n")

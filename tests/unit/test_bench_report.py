@@ -109,3 +109,24 @@ def test_a_paced_gate_removal_is_judged_by_its_latency_and_reads_no_ratio_from_i
     assert f"{latency} p50 250 vs 250 ms; p99 750 vs 750 ms | yes |" in targets
     table = "\n".join(report.phase_table(view, "ungate"))
     assert "1.02x" not in table and "| usher-pqh-on | 2 | 50.0 |" in table
+
+
+def test_where_a_workload_runs_kube_scheduler_as_it_ships_only_usher_is_compared_with_that_run() -> None:
+    doc = _doc(
+        {
+            "usher-pqh-on": [_run("usher-pqh-on", 300.0, 1.0, 7, 0.5)],
+            "kube-scheduler-pqh-off": [_run("kube-scheduler-pqh-off", 200.0, 2.5, 4, 0.4)],
+        }
+    )
+    view = report.median_view(doc)
+    assert "| usher-pqh-on | 1 | 300.0 |" in "\n".join(report.phase_table(view, "measured"))
+    assert "1.50x" in "\n".join(report.phase_table(view, "measured")), "usher (on) against kube-scheduler (off)"
+    assert any("1.50x (300 vs 200 pods/s, kube-scheduler-pqh-off)" in line for line in report.targets([view]))
+
+
+def test_the_runs_line_names_each_plan_with_its_workloads() -> None:
+    gated = _doc({"usher-pqh-on": [_run("usher-pqh-on", 1.0, 1.0, 1, 0.1)] * 3, "limit": [_run("limit", 1, 1, 1, 1)]})
+    burst = _doc({"usher-pqh-on": [_run("usher-pqh-on", 1.0, 1.0, 1, 0.1)]})
+    burst["workload"] = {**burst["workload"], "name": "B"}
+    views = [report.median_view(gated), report.median_view(burst)]
+    assert report._runs_text(views) == ("usher-pqh-on 3 times, limit 1 time (W); usher-pqh-on 1 time (B)")

@@ -655,6 +655,26 @@ def test_runs_rotate_each_round_and_the_bind_limit_runs_in_the_first_rounds_only
     assert [k for k, _ in twice] == ["a", "b", "c", "b", "a", "a"]
 
 
+def test_a_hand_written_workload_runs_the_contenders_its_targets_compare_three_times_and_the_rest_less() -> None:
+    from bench.runner import run_plan
+    from bench.workloads import by_name
+
+    every = ["usher-pqh-on", "usher-pqh-off", "kube-scheduler-pqh-on", "kube-scheduler-pqh-off", "limit"]
+    gated, burst = by_name(["SchedulingGated_5000gated_1000pods", "ClaimBurst_2000"])
+
+    def counts(plan: list[tuple[str, int]]) -> dict[str, int]:
+        return {key: [k for k, _ in plan].count(key) for key in dict(plan)}
+
+    assert counts(run_plan(gated, every, 3, 1, planned=True, lead=0)) == {
+        "usher-pqh-on": 3, "kube-scheduler-pqh-off": 3, "limit": 1,
+    }  # fmt: skip
+    assert counts(run_plan(burst, every, 3, 1, planned=True, lead=1)) == {
+        "usher-pqh-on": 3, "usher-pqh-off": 1, "kube-scheduler-pqh-on": 3, "kube-scheduler-pqh-off": 1, "limit": 1,
+    }  # fmt: skip
+    named = run_plan(gated, every, 1, 1, planned=False, lead=0)
+    assert [k for k, _ in named] == every, "contenders named with -c all run, whatever the workload's plan"
+
+
 @needs_module
 def test_workloads_measuring_few_pods_may_run_more_times_unless_the_repetitions_are_given() -> None:
     from bench import upstream
