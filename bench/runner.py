@@ -604,7 +604,7 @@ async def run_workload(
             workload, list(by_contender), repetitions, limit_repetitions, planned=planned, lead=lead
         )
     ]
-    runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in order}
+    runs: dict[str, list[dict[str, Any]]] = {run.contender.key: [] for run in order}
     async for run, result in overlapped(order, keep=keep):
         runs[run.contender.key].append(result)
     return {
