@@ -365,7 +365,8 @@ def test_pods_asking_alike_have_each_device_judged_once(handle: FakeHandle, cach
             Counting.calls += 1
             return super().matches(expression, device)
 
-    plugin = DynamicResources(handle, selectors=SelectorResults(Counting()))
+    handle.dra.selectors = SelectorResults(Counting())
+    plugin = DynamicResources(handle)
     for name in ("a", "b", "c"):
         handle.dra.on_claim(False, make_claim().name(f"claim-{name}").request("gpu", CLASS).obj())
         pod = PodInfo.from_api(claim_pod(name, claim=f"claim-{name}"))

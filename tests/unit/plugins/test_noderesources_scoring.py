@@ -15,6 +15,7 @@ from tests.frameworks import FakeHandle
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice
 from usher.core.cache import Cache, NodeInfo
 from usher.core.framework.cycle_state import CycleState
+from usher.core.plugins.dynamicresources import DynamicResources
 from usher.core.plugins.noderesources import NodeResourcesFit, parse_args
 from usher.core.plugins.noderesources.balanced import NodeResourcesBalancedAllocation
 from usher.core.plugins.noderesources.balanced import parse_args as balanced_args
@@ -191,6 +192,25 @@ def test_balanced_allocation_counts_a_device_class_s_devices_for_the_resource_it
     # Without the class the resource is scored nowhere: both nodes keep their balance (75).
     plugin = balanced([{"name": "cpu"}, {"name": "memory"}, {"name": DRA_RESOURCE}], FakeHandle())
     assert [plugin.score(CycleState(), pod, n)[0] for n in nodes] == [75, 75]
+
+
+def test_the_scorers_and_the_allocator_read_one_inventory_rebuilt_when_a_slice_changes() -> None:
+    handle = FakeHandle()
+    serving_class(handle)
+    devices_on(handle, "node1", 8)
+    resources = [{"name": "cpu"}, {"name": "memory"}, {"name": DRA_RESOURCE}]
+    scorers = [balanced(resources, handle), fit("LeastAllocated", [{**r, "weight": 1} for r in resources], handle)]
+    allocator = DynamicResources(handle)
+    pod = PodInfo.from_api(make_pod().req(**{DRA_RESOURCE: "1"}).obj())
+    nodes = infos([node("node1", "3500m", "40000"), node("node2", "3500m", "40000")], dra_existing_pods())
+    before = [[s.score(CycleState(), pod, n)[0] for n in nodes] for s in scorers]
+    inventory = handle.dra.inventory()
+    assert allocator._current_inventory() is inventory, "one build for every reader"
+    devices_on(handle, "node2", 8)
+    after = [[s.score(CycleState(), pod, n)[0] for n in nodes] for s in scorers]
+    assert handle.dra.inventory() is not inventory, "a slice change rebuilds it"
+    assert [b[1] for b in before] != [a[1] for a in after], "node2's devices count once its slice is known"
+    assert allocator._current_inventory() is handle.dra.inventory()
 
 
 # -- NodeResourcesFit ------------------------------------------------------------------------------------------

@@ -9,67 +9,46 @@ claim's allocation or an allocation in flight), to which the pod's own request i
 (``calculateDRAResourceTotals``). A device is of the class when every CEL selector of the class is true for it.
 When a selector fails, kube logs it and leaves the resource out on that node; so does this.
 
-kube walks every slice for every node. Here the allocator's inventory (`Inventory`, rebuilt when a slice
-changes) finds the slices a node reaches through its index; its pools are at their newest generation, where kube
-counts every slice it lists, so the two differ only while a driver republishes a pool.
+kube walks every slice for every node. Here the allocator's inventory (`DraState.inventory`, rebuilt when a
+slice changes and shared with DynamicResources, as are the selector answers) finds the slices a node reaches
+through its index; its pools are at their newest generation, where kube counts every slice it lists, so the two
+differ only while a driver republishes a pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from usher.core.dra.allocation import Inventory
 from usher.core.dra.cel import CelError
 from usher.core.dra.extended import served_resources
-from usher.core.dra.matching import SelectorResults
 from usher.core.selectors import SelectorError
 
 if TYPE_CHECKING:
     from usher.core.dra.state import DraState
 
-__all__ = ["ClassDevices"]
+__all__ = ["class_totals"]
 
 
-class ClassDevices:
-    """For scoring: per resource a DeviceClass serves and per node, (devices of the class, of those in use)."""
-
-    def __init__(self, dra: DraState) -> None:
-        self._dra = dra
-        self._inventory: Inventory | None = None
-        self._version = -1
-        self._selectors = SelectorResults()
-        """Selector answers per device of the current inventory, forgotten when it is rebuilt."""
-
-    def backs_any(self, resources: Iterable[str]) -> bool:
-        """Whether a DeviceClass serves any of ``resources`` (kube's PreScore gathers DRA state only then)."""
-        return bool(served_resources(resources, self._dra.class_of_resource))
-
-    def totals(self, resource: str, node_name: str, labels: Mapping[str, str]) -> tuple[int, int]:
-        """(devices, in use) of the class serving ``resource`` that the node reaches; (0, 0) when no class serves
-        it, the class is gone, or a selector (of the class, or of a slice's node selector) fails."""
-        if not served_resources((resource,), self._dra.class_of_resource):
-            return 0, 0
-        device_class = self._dra.classes.get(self._dra.class_of_resource[resource])
-        if device_class is None:
-            return 0, 0
-        selectors = device_class.selectors
-        in_use = self._dra.in_use()
-        total = used = 0
-        try:
-            for pool in self._current().visible_pools(node_name, labels):
-                driver = pool.pool.driver
-                for candidate in pool.candidates:
-                    if all(self._selectors(expression, candidate.device, driver) for expression in selectors):
-                        total += 1
-                        used += candidate.id in in_use
-        except (CelError, SelectorError):
-            return 0, 0
-        return total, used
-
-    def _current(self) -> Inventory:
-        if self._inventory is None or self._version != self._dra.slices_version:
-            self._inventory = Inventory.build(self._dra.slices.values(), partitionable=self._dra.partitionable)
-            self._version = self._dra.slices_version
-            self._selectors.forget_devices()
-        return self._inventory
+def class_totals(dra: DraState, resource: str, node_name: str, labels: Mapping[str, str]) -> tuple[int, int]:
+    """(devices, in use) of the class serving ``resource`` that the node reaches; (0, 0) when no class serves it,
+    the class is gone, or a selector (of the class, or of a slice's node selector) fails."""
+    if not served_resources((resource,), dra.class_of_resource):
+        return 0, 0
+    device_class = dra.classes.get(dra.class_of_resource[resource])
+    if device_class is None:
+        return 0, 0
+    selectors = device_class.selectors
+    in_use = dra.in_use()
+    evaluate = dra.selectors
+    total = used = 0
+    try:
+        for pool in dra.inventory().visible_pools(node_name, labels):
+            driver = pool.pool.driver
+            for candidate in pool.candidates:
+                if all(evaluate(expression, candidate.device, driver) for expression in selectors):
+                    total += 1
+                    used += candidate.id in in_use
+    except (CelError, SelectorError):
+        return 0, 0
+    return total, used

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from usher.core.dra.allocation import Allocation
+from usher.core.dra.allocation import Allocation, Inventory
 from usher.core.dra.extended import classes_by_resource
+from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import (
     Claim,
     DeviceClass,
@@ -76,7 +77,11 @@ class DraState:
         self._extended_claims: dict[str, str] = {}
         """Pod UID -> the key of the claim the scheduler made for its extended resources."""
         self.slices_version = 0
-        """Bumped on every slice change, so a per-cycle inventory is rebuilt only when needed."""
+        """Bumped on every slice change, so the inventory is rebuilt only when needed."""
+        self._inventory: Inventory | None = None
+        self._inventory_version = -1
+        self.selectors = SelectorResults()
+        """Selector answers per device of the current inventory, forgotten when it is rebuilt."""
         self.in_flight: dict[str, InFlight] = {}
         self._sharers: dict[str, set[PodKey]] = {}
         """claim key -> the pods that reserved its in-flight allocation (the allocating pod first)."""
@@ -211,6 +216,15 @@ class DraState:
         return entry
 
     # ------------------------------------------------------------------ slices and classes
+
+    def inventory(self) -> Inventory:
+        """The allocator's inventory of the slices, rebuilt after a slice changed: one build per change for every
+        reader (DynamicResources, and scoring's DRA-backed extended resources)."""
+        if self._inventory is None or self._inventory_version != self.slices_version:
+            self._inventory = Inventory.build(self.slices.values(), partitionable=self.partitionable)
+            self._inventory_version = self.slices_version
+            self.selectors.forget_devices()
+        return self._inventory
 
     def on_slice(self, deleted: bool, raw: Mapping[str, Any]) -> None:
         name = str((raw.get("metadata") or {}).get("name"))

@@ -84,7 +84,6 @@ from usher.core.dra.allocation import (
     surely_unsatisfiable,
 )
 from usher.core.dra.extended import RequestMapping, claim_object, extended_requests, served_resources
-from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import FINALIZER, SCHEDULING_GROUP, Claim, DeviceId, parse_claim
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
@@ -251,7 +250,6 @@ class DynamicResources:
         handle: DraHandle,
         *,
         filter_timeout: float = DEFAULT_FILTER_TIMEOUT,
-        selectors: SelectorResults | None = None,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         """``now``: the clock ``filterTimeout`` is measured on (tests inject one)."""
@@ -261,9 +259,7 @@ class DynamicResources:
         self._filter_timeout = filter_timeout
         self._now = now
         self._inventory: Inventory | None = None
-        self._inventory_version = -1
-        self._selectors = selectors if selectors is not None else SelectorResults()
-        """Selector answers per device of the current inventory, forgotten when it is rebuilt."""
+        """The inventory ``_matches`` is about (`DraState.inventory`, shared with scoring)."""
         self._matches = MatchMemo()
         """Devices of the current inventory each combination of class and request selectors accepts."""
 
@@ -423,12 +419,11 @@ class DynamicResources:
         return pod.group_key if self._groups.enabled else None
 
     def _current_inventory(self) -> Inventory:
-        if self._inventory is None or self._inventory_version != self._dra.slices_version:
-            self._inventory = Inventory.build(self._dra.slices.values(), partitionable=self._dra.partitionable)
-            self._inventory_version = self._dra.slices_version
-            self._selectors.forget_devices()
+        inventory = self._dra.inventory()
+        if inventory is not self._inventory:
+            self._inventory = inventory
             self._matches.clear()
-        return self._inventory
+        return inventory
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         data: _CycleData | None = state.get(STATE_KEY)
@@ -528,7 +523,7 @@ class DynamicResources:
             node_labels=node.labels,
             inventory=data.inventory,
             in_use=data.in_use,
-            evaluate=self._selectors,
+            evaluate=self._dra.selectors,
             timeout=self._filter_timeout if self._filter_timeout > 0 else None,
             now=self._now,
             pools=pools,

@@ -19,15 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from usher.core.dra.capacity import ClassDevices
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchScorePlugin, Handle
 from usher.core.framework.names import NODE_RESOURCES_BALANCED_ALLOCATION
 from usher.core.hints import ClusterEventWithHint
+from usher.core.plugins.noderesources.allocatable import allocatable_and_requested
 from usher.core.plugins.noderesources.fit import Scores
 from usher.core.plugins.nodeshares import PerNodeByKind
-from usher.core.resources import CPU, MEMORY, PODS, is_scalar
+from usher.core.resources import CPU, MEMORY
 from usher.core.types import SUCCESS, Code, PodInfo, Status
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class NodeResourcesBalancedAllocation:
 
     def __init__(self, args: BalancedArgs, handle: Handle | None = None) -> None:
         self.args = args
-        self._devices = ClassDevices(handle.dra) if handle is not None else None
+        self._dra = handle.dra if handle is not None else None
         """For resources a DeviceClass serves (DRAExtendedResource)."""
         self._scores_for: Scores = PerNodeByKind()
         """The default path's scores per node, for recent (cpu, memory) requests of incoming pods."""
@@ -121,12 +121,7 @@ class NodeResourcesBalancedAllocation:
         with_pod: list[float] = []
         without: list[float] = []
         for resource, want in amounts:
-            if (not want and is_scalar(resource)) or resource == PODS:
-                continue  # an extended resource the pod does not ask for; kube's NodeInfo has no "pods" scalar
-            capacity = node.allocatable.get(resource, 0)
-            used = node.requested.get(resource, 0)
-            if not capacity and self._devices is not None:
-                capacity, used = self._devices.totals(resource, node.name, node.labels)
+            capacity, used = allocatable_and_requested(node, resource, want, node.requested, self._dra)
             if capacity <= 0:
                 continue
             with_pod.append(min((used + want) / capacity, 1.0))

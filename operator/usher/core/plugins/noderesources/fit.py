@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from usher.core.cache.nodeinfo import non_zero_requests
-from usher.core.dra.capacity import ClassDevices
 from usher.core.dra.extended import IMPLICIT_PREFIX, served_resources
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, reject_unknown_args
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchFilterPlugin, BatchScorePlugin, Handle
 from usher.core.framework.names import NODE_RESOURCES_FIT
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
+from usher.core.plugins.noderesources.allocatable import allocatable_and_requested
 from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.plugins.shapes import Shape, parse_shape, shape_score
-from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, is_scalar, resource_list
+from usher.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, resource_list
 from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class NodeResourcesFit:
     def __init__(self, args: FitArgs, handle: Handle | None = None) -> None:
         self.args = args
         self._handle = handle
-        self._devices = ClassDevices(handle.dra) if handle is not None else None
+        self._dra = handle.dra if handle is not None else None
         """For scored resources a DeviceClass serves (DRAExtendedResource)."""
         self._plain = not (self._ignored(CPU) or self._ignored(MEMORY))
         """cpu and memory are checked (not in ``ignoredResources``): ``filter``'s scalar fast path applies."""
@@ -254,12 +254,8 @@ class NodeResourcesFit:
         class's devices on a node without it in allocatable (`usher.core.dra.capacity`)."""
         total = weights = 0
         for resource, weight, amount, non_zero in amounts:
-            if (not amount and is_scalar(resource)) or resource == PODS:  # kube's NodeInfo has no "pods" scalar
-                continue
-            capacity = node.allocatable.get(resource, 0)
-            used = (node.non_zero_requested if non_zero else node.requested).get(resource, 0)
-            if not capacity and self._devices is not None:
-                capacity, used = self._devices.totals(resource, node.name, node.labels)
+            by_pods = node.non_zero_requested if non_zero else node.requested
+            capacity, used = allocatable_and_requested(node, resource, amount, by_pods, self._dra)
             if capacity <= 0:
                 continue
             requested = used + amount
