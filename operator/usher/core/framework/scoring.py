@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from usher.core.framework.interface import MAX_NODE_SCORE, BatchScoreNormalizer
-from usher.core.types import NodeName, PodInfo, Status
+from usher.core.types import SUCCESS, NodeName, PodInfo, Status
 
 if TYPE_CHECKING:
     from usher.core.framework.cycle_state import CycleState
@@ -38,3 +39,22 @@ def normalize_mapping(
     if status.ok:
         scores.update(zip(names, values, strict=True))
     return status
+
+
+class DefaultNormalized:
+    """A score plugin's NormalizeScore as kube-scheduler's ``helper.DefaultNormalizeScore``: scaled to 0..100 by
+    the highest score, reversed when ``reverse_scores`` (a high raw score is a node to avoid)."""
+
+    reverse_scores: ClassVar[bool] = False
+
+    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
+        names, values = list(scores), list(scores.values())
+        default_normalize(values, reverse=self.reverse_scores)
+        scores.update(zip(names, values, strict=True))
+        return SUCCESS
+
+    def normalize_score_list(
+        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
+    ) -> Status:
+        default_normalize(scores, reverse=self.reverse_scores)
+        return SUCCESS

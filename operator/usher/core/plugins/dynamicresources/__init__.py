@@ -104,7 +104,7 @@ from usher.core.framework.interface import (
     ReservePlugin,
 )
 from usher.core.framework.names import DYNAMIC_RESOURCES
-from usher.core.framework.scoring import default_normalize, normalize_mapping
+from usher.core.framework.scoring import DefaultNormalized
 from usher.core.hints import ALL_PODS, ClusterEventWithHint, PreQueueingHintResult, only, this_pod_changed
 from usher.core.selectors import SelectorError, node_selector_matches
 from usher.core.types import (
@@ -240,7 +240,7 @@ def parse_args(args: Mapping[str, Any]) -> float:
     raise PluginArgsError("filterTimeout", f"must be a duration like '10s' (0 disables the limit), got {raw!r}")
 
 
-class DynamicResources:
+class DynamicResources(DefaultNormalized):
     """Structured-parameters DRA: claims must exist, devices are allocated in Filter, written in PreBind."""
 
     name = NAME
@@ -570,15 +570,6 @@ class DynamicResources:
                     if f"{request.name}/{sub.name}" in picked:
                         total += FIRST_AVAILABLE_MAX - i
         return total, SUCCESS
-
-    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
-        return normalize_mapping(self, state, pod, scores)
-
-    def normalize_score_list(
-        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
-    ) -> Status:
-        default_normalize(scores)
-        return SUCCESS
 
     # ------------------------------------------------------------------ Reserve / Unreserve
 

@@ -43,11 +43,11 @@ from usher.core.framework.interface import (
     ScorePlugin,
 )
 from usher.core.framework.names import NODE_AFFINITY
-from usher.core.framework.scoring import default_normalize, normalize_mapping
+from usher.core.framework.scoring import DefaultNormalized
 from usher.core.hints import ClusterEventWithHint
 from usher.core.plugins.nodeshares import PerNodeByKind
 from usher.core.selectors import SelectorError, node_selector_term_matches
-from usher.core.types import SUCCESS, Code, NodeName, PodInfo, QueueingHint, Status, error, unschedulable
+from usher.core.types import SUCCESS, Code, PodInfo, QueueingHint, Status, error, unschedulable
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -296,7 +296,7 @@ def _labels_and_name(node: Mapping[str, Any] | None) -> tuple[Mapping[str, str],
     return meta.get("labels") or {}, str(meta.get("name") or "")
 
 
-class NodeAffinity:
+class NodeAffinity(DefaultNormalized):
     """nodeSelector and required node affinity filter; preferred node affinity scores."""
 
     name = NAME
@@ -367,15 +367,6 @@ class NodeAffinity:
                 return 0, error(f"invalid preferred node affinity: {_describe(errors)}")
         total = score_terms(self.args.preferred, node.labels, node.name) + score_terms(terms, node.labels, node.name)
         return total, SUCCESS
-
-    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
-        return normalize_mapping(self, state, pod, scores)
-
-    def normalize_score_list(
-        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
-    ) -> Status:
-        default_normalize(scores)
-        return SUCCESS
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         # Taints, allocatable or conditions never change whether a node's labels match.

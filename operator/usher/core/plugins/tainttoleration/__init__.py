@@ -27,10 +27,10 @@ from usher.core.framework.interface import (
     PreScorePlugin,
 )
 from usher.core.framework.names import TAINT_TOLERATION
-from usher.core.framework.scoring import default_normalize, normalize_mapping
+from usher.core.framework.scoring import DefaultNormalized
 from usher.core.hints import ClusterEventWithHint, this_pod_changed
 from usher.core.selectors import tolerates, untolerated_taint
-from usher.core.types import SUCCESS, NodeName, PodInfo, QueueingHint, Status, unschedulable
+from usher.core.types import SUCCESS, PodInfo, QueueingHint, Status, unschedulable
 
 if TYPE_CHECKING:
     from usher.core.cache import NodeInfo
@@ -73,10 +73,12 @@ def count_intolerable_prefer_no_schedule(
     )
 
 
-class TaintToleration:
+class TaintToleration(DefaultNormalized):
     """NoSchedule/NoExecute taints filter pods that do not tolerate them; PreferNoSchedule taints score."""
 
     name = NAME
+    reverse_scores = True
+    """The more intolerable PreferNoSchedule taints a node has, the lower it scores."""
     filter_reads_node_pods = False
     """Its Filter answer depends on the pod and the node object only (never on the node's pods)."""
 
@@ -137,15 +139,6 @@ class TaintToleration:
                 count = counts[node.taint_shape] = self.score(state, pod, node)[0]
             scores.append(count)
         return scores, SUCCESS
-
-    def normalize_scores(self, state: CycleState, pod: PodInfo, scores: dict[NodeName, int]) -> Status:
-        return normalize_mapping(self, state, pod, scores)
-
-    def normalize_score_list(
-        self, state: CycleState, pod: PodInfo, names: Sequence[NodeName], scores: list[int]
-    ) -> Status:
-        default_normalize(scores, reverse=True)
-        return SUCCESS
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         return [
