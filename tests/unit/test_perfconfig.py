@@ -204,6 +204,9 @@ def test_make_bench_runs_the_standard_sizes_and_bench_large_the_rest() -> None:
     assert chosen["GangScheduling"].tier == perfconfig.STANDARD  # 5000 nodes, but the gang workload of make bench
     for large in ("PreemptionBasic", "SharedPodGroupResourceClaim", "TopologyAwareScheduling", "EventHandlingPodAdd"):
         assert chosen[large].tier == perfconfig.LARGE, large
+    for at_1000_nodes in ("Partitionable", "SchedulingWithMixedChurn", "SchedulingDeletedPodsWithFinalizers"):
+        assert perfconfig.size(chosen[at_1000_nodes].test_case, chosen[at_1000_nodes].bench).nodes == 1000
+        assert chosen[at_1000_nodes].tier == perfconfig.LARGE, at_1000_nodes
     standard = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.STANDARD,)))}
     larger = {s.key for s in upstream.selections(upstream.Options(tiers=(perfconfig.LARGE,)))}
     assert not standard & larger and standard | larger == set(chosen) | {"SchedulingBasic.5000Nodes_10000Pods"}
