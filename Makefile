@@ -93,8 +93,8 @@ manifests: binaries
 clean-cache:
 	rm -rf $(USHER_CACHE)
 
-# Benchmarks (bench/README.md): `make bench` runs the hand-written workloads and scheduler_perf's up to 1000
-# nodes and 2500 pods (42-50 minutes on 2 cores: bench/README.md), `make bench-large` the larger ones; each rewrites
+# Benchmarks (bench/README.md): `make bench` runs the hand-written workloads and scheduler_perf's up to 500
+# nodes and 2500 pods (under 45 minutes on 2 cores: bench/README.md), `make bench-large` the larger ones; each rewrites
 # RESULTS.md from every result there is. `python -m bench.runner --list-upstream --tier standard` estimates.
 .PHONY: bench bench-large bench-smoke
 

@@ -723,10 +723,10 @@ class Selection:
         """``large`` when the bench workload is beyond ``make bench``'s sizes (``make bench-large`` runs it)."""
         if self.extra or self.integration_size:
             return LARGE
-        if self.bench is None or self.test_case.name in STANDARD_ALWAYS:
+        if self.bench is None:
             return STANDARD
         s = size(self.test_case, self.bench)
-        return LARGE if s.nodes > STANDARD_MAX_NODES or s.pods > STANDARD_MAX_PODS else STANDARD
+        return tier_of(self.test_case.name, s.nodes, s.pods)
 
 
 #: What fits this 2-core machine: every run (3 contenders x 3 repetitions) creates its cluster anew.
@@ -747,6 +747,15 @@ STANDARD_ALWAYS = frozenset({"GangScheduling"})
 LARGE_EXTRAS: tuple[tuple[str, str], ...] = (("SchedulingBasic", "5000Nodes_10000Pods"),)
 STANDARD = "standard"
 LARGE = "large"
+
+
+def tier_of(test_case: str, nodes: int, pods: int) -> str:
+    """Which make target runs a test case's workload of this size (results of an older rule are read by it too)."""
+    if test_case in STANDARD_ALWAYS or (nodes <= STANDARD_MAX_NODES and pods <= STANDARD_MAX_PODS):
+        return STANDARD
+    return LARGE
+
+
 NO_PERFORMANCE = "no workload labelled performance"
 TIERS = (STANDARD, LARGE)
 #: Test cases run beyond MAX_NODES: scheduler_perf's pod-group workloads all have 5000 nodes (3000 pods, about

@@ -130,3 +130,16 @@ def test_the_runs_line_names_each_plan_with_its_workloads() -> None:
     burst["workload"] = {**burst["workload"], "name": "B"}
     views = [report.median_view(gated), report.median_view(burst)]
     assert report._runs_text(views) == ("usher-pqh-on 3 times, limit 1 time (W); usher-pqh-on 1 time (B)")
+
+
+def test_a_make_bench_result_of_a_size_make_bench_no_longer_runs_reads_as_bench_large() -> None:
+    def doc(test_case: str, size: str, tier: str) -> dict[str, Any]:
+        return {"test_case": test_case, "workload": {"size": size}, "tier": tier}
+
+    assert report._tier(doc("Partitionable", "1000 nodes, 10 pods, 10 s steady state", "standard")) == "large"
+    assert report._tier(doc("SchedulingBasic", "500 nodes, 1500 pods", "standard")) == "standard"
+    assert report._tier(doc("GangScheduling", "5000 nodes, 3000 pods", "standard")) == "standard", (
+        "run whatever its size"
+    )
+    assert report._tier(doc("FirstAvailable", "2 nodes, 10 pods", "large")) == "large", "a stand-in without performance"
+    assert report._tier(doc("X", "invalid upstream: bad", "standard")) == "standard"
