@@ -272,7 +272,7 @@ class Limit(Contender):
     pre_queueing_hints = None
 
     def __init__(self) -> None:
-        self.binder: LimitBinder | None = None
+        self.binder: LimitBinder | ClusterLimitBinder | None = None
 
     async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
         self.binder = LimitBinder(api, namespace, nodes, devices_per_node=devices)
@@ -297,7 +297,7 @@ def scheduler_configuration(config: Mapping[str, Any] | None, kubeconfig: Path) 
     kubeconfig, client QPS and burst lifted as scheduler_perf lifts them) and no leader
     election (one scheduler per cluster; kube-scheduler's default would add lease writes).
     """
-    document = (
+    document: dict[str, Any] = (
         copy.deepcopy(dict(config))
         if config
         else {
@@ -403,8 +403,9 @@ class UpstreamLimit(Limit):
     scheduler_name = DEFAULT_SCHEDULER_NAME
 
     async def start(self, plane: ControlPlane, api: Api, namespace: str, nodes: list[str], devices: int) -> None:
-        self.binder = ClusterLimitBinder(api, scheduler_name=self.scheduler_name)
-        await self.binder.start()
+        binder = ClusterLimitBinder(api, scheduler_name=self.scheduler_name)
+        self.binder = binder
+        await binder.start()
 
 
 def upstream_contenders(

@@ -513,7 +513,9 @@ class Executor:
 
     async def _create_namespaces(self, op: Op) -> None:
         template = op.path("namespaceTemplatePath", self._base)
-        spec = load_object(template) if template is not None else {"apiVersion": "v1", "kind": "Namespace"}
+        spec: dict[str, Any] = (
+            load_object(template) if template is not None else {"apiVersion": "v1", "kind": "Namespace"}
+        )
 
         async def create(index: int) -> None:
             name = f"{op.get('prefix')}-{index}"
@@ -562,7 +564,9 @@ class Executor:
         pvc = load_object(pvc_path)
         pvc.setdefault("metadata", {})["name"] = claim_name
         pvc.setdefault("spec", {})["volumeName"] = volume_name
-        pv = load_object(pv_path) if pv_path is not None else {"apiVersion": "v1", "kind": "PersistentVolume"}
+        pv: dict[str, Any] = (
+            load_object(pv_path) if pv_path is not None else {"apiVersion": "v1", "kind": "PersistentVolume"}
+        )
         pv.setdefault("metadata", {})["name"] = volume_name
         spec = pv.setdefault("spec", {})
         if spec.get("csi") is not None:
@@ -637,8 +641,9 @@ class Executor:
 
         def done(task: asyncio.Task[None]) -> None:
             in_flight.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                errors.append(task.exception())
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None:
+                errors.append(failure)
 
         self.pods.listeners.append(hear)
         try:
@@ -705,7 +710,7 @@ class Executor:
             want = self.pods_per_namespace[namespace]
             try:
                 await self.pods.wait(
-                    lambda ns=namespace, n=want: self.pods.count(ns, selector)[1 if attempted else 0] >= n,
+                    lambda ns=namespace, n=want: self.pods.count(ns, selector)[1 if attempted else 0] >= n,  # type: ignore[misc]
                     self.timeout(want),
                     f"{want} {'attempted' if attempted else 'scheduled'} pods in namespace {namespace}",
                     self.check,

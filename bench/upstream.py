@@ -525,7 +525,7 @@ def run_order(
     order = []
     for repetition in range(repetitions):
         turn = (lead + repetition) % len(keys)
-        for key in keys[turn:] + keys[:turn]:
+        for key in [*keys[turn:], *keys[:turn]]:
             if repetition < fewer.get(key, repetitions):
                 order.append((key, repetition))
     return order

@@ -115,16 +115,16 @@ class Driver:
         self.slices: list[str] = []
 
     def publish_class(self) -> None:
-        self.resource.create_device_class(device_class(self.class_name))
+        self.resource.create_device_class(device_class(self.class_name))  # type: ignore[arg-type]  # a dict body is sent as is
 
     def publish_node(self, node: str, devices: int) -> None:
         body = node_slice(node, devices)
-        self.resource.create_resource_slice(body)
+        self.resource.create_resource_slice(body)  # type: ignore[arg-type]
         self.slices.append(body["metadata"]["name"])
 
     def publish_partitions(self, node: str, memory: str, partitions: dict[str, str]) -> None:
         for body in partitioned_slices(node, memory, partitions):
-            self.resource.create_resource_slice(body)
+            self.resource.create_resource_slice(body)  # type: ignore[arg-type]
             self.slices.append(body["metadata"]["name"])
 
     def cleanup(self) -> None:
