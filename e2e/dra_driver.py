@@ -9,6 +9,7 @@ templates and deallocates them, usher allocates and reserves.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kubernetes.client
@@ -41,19 +42,26 @@ def resource_slice(name: str, node: str, *, slices: int = 1, driver: str = DRIVE
     }
 
 
-def node_slice(node: str, devices: int, *, model: str = "a100", memory: str = "40Gi") -> dict[str, Any]:
-    return resource_slice(
-        f"{node}-{DRIVER}",
-        node,
-        devices=[
-            {
-                "name": f"gpu-{i}",
-                "attributes": {"model": {"string": model}, "index": {"int": i}},
-                "capacity": {"memory": {"value": memory}},
-            }
-            for i in range(devices)
-        ],
-    )
+def node_slice(
+    node: str,
+    devices: int,
+    *,
+    model: str = "a100",
+    memory: str = "40Gi",
+    taints: Mapping[int, Sequence[Mapping[str, str]]] | None = None,
+) -> dict[str, Any]:
+    """``devices`` GPUs ``gpu-<i>`` on the node; ``taints``: device index -> the taints its driver puts on it."""
+    entries: list[dict[str, Any]] = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"model": {"string": model}, "index": {"int": i}},
+            "capacity": {"memory": {"value": memory}},
+        }
+        for i in range(devices)
+    ]
+    for index, device_taints in (taints or {}).items():
+        entries[index]["taints"] = [dict(t) for t in device_taints]
+    return resource_slice(f"{node}-{DRIVER}", node, devices=entries)
 
 
 def partitioned_slices(node: str, memory: str, partitions: dict[str, str]) -> list[dict[str, Any]]:
@@ -117,8 +125,10 @@ class Driver:
     def publish_class(self) -> None:
         self.resource.create_device_class(device_class(self.class_name))  # type: ignore[arg-type]  # a dict body is sent as is
 
-    def publish_node(self, node: str, devices: int) -> None:
-        body = node_slice(node, devices)
+    def publish_node(
+        self, node: str, devices: int, *, taints: Mapping[int, Sequence[Mapping[str, str]]] | None = None
+    ) -> None:
+        body = node_slice(node, devices, taints=taints)
         self.resource.create_resource_slice(body)  # type: ignore[arg-type]
         self.slices.append(body["metadata"]["name"])
 

@@ -244,6 +244,9 @@ NEEDED = {
     "without resourceslices and deviceclasses list/watch usher never gets ready": Needed(
         "ClusterRole", ("resourceslices", "deviceclasses"), ("list", "watch"), "unready"
     ),
+    "without devicetaintrules list/watch usher never gets ready": Needed(
+        "ClusterRole", ("devicetaintrules",), ("list", "watch"), "unready"
+    ),
     "without persistentvolumeclaims and persistentvolumes list/watch usher never gets ready": Needed(
         "ClusterRole", ("persistentvolumeclaims", "persistentvolumes"), ("list", "watch"), "unready"
     ),

@@ -49,6 +49,7 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "namespace-controller",  # namespace deletion
     "garbage-collector-controller",  # ownerReferences (claims of deleted pods, ReplicaSet pods)
     "resourceclaim-controller",  # DRA: ResourceClaims from templates, pod.status.resourceClaimStatuses
+    "device-taint-eviction-controller",  # DRA: evicts pods whose devices got a NoExecute taint they do not tolerate
     "node-lifecycle-controller",  # removes the not-ready taint, watches node leases
     "root-ca-certificate-publisher-controller",  # kube-root-ca.crt ConfigMaps
     "clusterrole-aggregation-controller",  # admin/edit/view roles

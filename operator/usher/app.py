@@ -180,7 +180,10 @@ def build_scheduler(
     waiting_pods = WaitingPods()
     nominator = Nominator()
     dra = DraState(
-        workload_claims=gangs and gates.dra_workload_resource_claims, partitionable=gates.dra_partitionable_devices
+        workload_claims=gangs and gates.dra_workload_resource_claims,
+        partitionable=gates.dra_partitionable_devices,
+        device_taints=gates.dra_device_taints,
+        taint_rules=gates.dra_device_taint_rules,
     )
     volumes = volumes or VolumeState()
     evictions = Evictions()
@@ -412,9 +415,17 @@ async def run(options: RunOptions) -> None:
         leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
         elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
     dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
-    served = await watching.discover(api, watching.WORKLOAD_KINDS) if options.gates.generic_workload else ()
+    wanted = (*(watching.WORKLOAD_KINDS if options.gates.generic_workload else ()),)
+    if options.gates.dra_device_taints and options.gates.dra_device_taint_rules:
+        wanted = (*wanted, watching.DEVICE_TAINT_RULES)
+    served = await watching.discover(api, wanted) if wanted else ()
+    if options.gates.dra_device_taint_rules and watching.DEVICE_TAINT_RULES not in served:
+        logger.info("the API server does not serve resource.k8s.io/v1 DeviceTaintRules: running without them")
     if watching.POD_GROUPS in served:
-        logger.info("gang scheduling on: watching %s", ", ".join(f"{g}/{p}" for g, p in served))
+        logger.info(
+            "gang scheduling on: watching %s",
+            ", ".join(f"{g}/{p}" for g, p in served if (g, p) in watching.WORKLOAD_KINDS),
+        )
     elif options.gates.generic_workload:
         logger.info(
             "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups: running without gang scheduling "

@@ -12,6 +12,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from usher.core.dra.model import allocated_devices
+from usher.core.dra.podclaims import resolve_pod_claims
+from usher.core.dra.taints import kept_off_by_taints
 from usher.core.podgroups import Member, PodGroup
 from usher.core.queue import QueuedPod, Where
 from usher.core.types import PodInfo, PodKey
@@ -79,10 +81,20 @@ def explain(scheduler: Scheduler, key: PodKey) -> dict[str, Any]:
     claims = claims_of(scheduler.volumes, queued.pod)
     if claims:
         report["claims"] = claims
+    taints = device_taints_of(scheduler, queued.pod)
+    if taints:
+        report["deviceTaints"] = taints
     report["requeuedBy"] = scheduler.queue.queueing_events_for(queued)
     if queued.where is Where.UNSCHEDULABLE:
         report["flushInSeconds"] = round(max(0.0, since + 300 - now), 3)
     return report
+
+
+def device_taints_of(scheduler: Scheduler, pod: PodInfo) -> list[dict[str, str]]:
+    """Devices the pod's unallocated ResourceClaims select but may not have: their taints are not tolerated."""
+    dra = scheduler.dra
+    claims = [dra.claim(f"{pod.namespace}/{c.claim_name}") for c in resolve_pod_claims(pod.raw).claims]
+    return kept_off_by_taints((c for c in claims if c is not None), dra.slices.values(), dra.classes, dra.selectors)
 
 
 def claims_of(volumes: VolumeState, pod: PodInfo) -> list[dict[str, str]]:
@@ -224,6 +236,11 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"    ... and {attempt['nodesLeftOut']} more node(s)")
     for claim in report.get("claims", []):
         lines.append(f"  volume {claim['volume']}: claim {claim['claim']} {claim['state']}")
+    for kept in report.get("deviceTaints", []):
+        lines.append(
+            f"  device {kept['device']} has taint {kept['taint']}, not tolerated by claim {kept['claim']} "
+            f"request {kept['request']}"
+        )
     if report.get("requeuedBy"):
         lines.append(f"  retried when: {', '.join(report['requeuedBy'])}")
     if "flushInSeconds" in report:

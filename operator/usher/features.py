@@ -84,6 +84,23 @@ class FeatureGates:
             "counters last, and honour per-device node selection; off: such slices are ignored"
         ),
     )
+    dra_device_taints: bool = _gate(
+        "DRADeviceTaints",
+        default=True,
+        stage="GA",
+        description=(
+            "a device tainted NoSchedule or NoExecute (in its ResourceSlice) is allocated only to requests that "
+            "tolerate the taint; off: device taints are ignored"
+        ),
+    )
+    dra_device_taint_rules: bool = _gate(
+        "DRADeviceTaintRules",
+        default=True,
+        stage="GA",
+        description=(
+            "DeviceTaintRules (resource.k8s.io/v1) add their taint to the devices they select (needs DRADeviceTaints)"
+        ),
+    )
     dra_extended_resource: bool = _gate(
         "DRAExtendedResource",
         default=True,
@@ -117,6 +134,10 @@ _NEED_GENERIC_WORKLOAD = {
     "dra_workload_resource_claims": "it reserves claims for PodGroups",
 }
 """Gates that depend on GenericWorkload (and follow it off unless set) -> why."""
+
+
+_DEPENDENCIES = {"dra_device_taint_rules": ("dra_device_taints",)}
+"""Gate -> the gates it needs, refused as kube-scheduler refuses them (``pkg/features``' dependencies)."""
 
 
 def by_name(gates: FeatureGates) -> dict[str, bool]:
@@ -162,6 +183,14 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
             raise ConfigError(
                 f"--feature-gates: {name}=true requires GenericWorkload=true ({what}); "
                 f"disable {name} too, or keep GenericWorkload on"
+            )
+    for dependent, dependencies in _DEPENDENCIES.items():
+        disabled = [_NAMES[d] for d in dependencies if not getattr(gates, d)]
+        if getattr(gates, dependent) and disabled:
+            # kube-scheduler's own words (component-base featuregate), so a gate list it refuses fails alike.
+            raise ConfigError(
+                f"--feature-gates: {_NAMES[dependent]} is enabled, but depends on features that are disabled: "
+                f"[{' '.join(disabled)}]"
             )
     if gates.pre_enqueue_pod_status and not gates.async_api_calls:
         raise ConfigError(

@@ -59,6 +59,10 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
             "DRAExtendedResource=false",
             "cannot set feature gate DRAExtendedResource to false, feature is locked to true",
         ),
+        (
+            "DRADeviceTaints=false",
+            "DRADeviceTaintRules is enabled, but depends on features that are disabled: [DRADeviceTaints]",
+        ),
     ],
     ids=[
         "unknown name",
@@ -69,6 +73,7 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
         "TopologyAware needs GenericWorkload",
         "DRAWorkloadResourceClaims needs GenericWorkload",
         "a GA gate locked on, as in kube-scheduler",
+        "DRADeviceTaintRules on needs DRADeviceTaints, in kube-scheduler's words",
     ],
 )
 def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
@@ -103,3 +108,9 @@ def test_turning_gang_scheduling_off_turns_its_topology_placement_and_shared_cla
     )
     assert parse_feature_gates("TopologyAwareWorkloadScheduling=false").generic_workload is True
     assert parse_feature_gates("DRAWorkloadResourceClaims=false").generic_workload is True
+
+
+def test_device_taints_can_be_turned_off_with_their_rules() -> None:
+    gates = parse_feature_gates("DRADeviceTaints=false,DRADeviceTaintRules=false")
+    assert (gates.dra_device_taints, gates.dra_device_taint_rules) == (False, False)
+    assert parse_feature_gates("DRADeviceTaintRules=false").dra_device_taints is True

@@ -70,7 +70,7 @@ class WatchSink(Protocol):
     def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None: ...
 
     def on_dra(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
-        """``kind`` is resourceclaims, resourceslices or deviceclasses (resource.k8s.io/v1)."""
+        """``kind`` is resourceclaims, resourceslices, deviceclasses or devicetaintrules (resource.k8s.io/v1)."""
         ...
 
     def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -124,6 +124,10 @@ POD_GROUPS: Kind = ("scheduling.k8s.io", "podgroups")
 WORKLOADS: Kind = ("scheduling.k8s.io", "workloads")
 WORKLOAD_KINDS: tuple[Kind, ...] = (POD_GROUPS, WORKLOADS)
 """Watched when the API server serves them (`discover`): gang scheduling, and ``usher explain`` for Workloads."""
+DEVICE_TAINT_RULES: Kind = ("resource.k8s.io", "devicetaintrules")
+"""Watched when DRADeviceTaintRules is on and the API server serves them (resource.k8s.io/v1 since 1.37)."""
+OPTIONAL_KINDS: tuple[Kind, ...] = (*WORKLOAD_KINDS, DEVICE_TAINT_RULES)
+"""The kinds watched only when `discover` finds them served (and their feature is on)."""
 VERSIONS: Mapping[Kind, str] = dict.fromkeys(WORKLOAD_KINDS, "v1beta1")
 """The kinds watched at another version than v1."""
 
@@ -157,6 +161,7 @@ CLUSTER_SCOPED: frozenset[Kind] = frozenset(
         ("storage.k8s.io", "csidrivers"),
         ("resource.k8s.io", "resourceslices"),
         ("resource.k8s.io", "deviceclasses"),
+        DEVICE_TAINT_RULES,
     }
 )
 
@@ -213,10 +218,10 @@ def register(
 ) -> Watches:
     """Wire the watches of one scheduler to its sink.
 
-    ``optional``: the kinds of ``WORKLOAD_KINDS`` the API server serves (`discover`), watched too.
+    ``optional``: the kinds of ``OPTIONAL_KINDS`` to watch too (served, as `discover` found, and wanted).
     ``sleep`` is how the reconciler waits (between rounds, before its confirming LIST): injected by tests.
     """
-    kinds = (*KINDS, *(kind for kind in WORKLOAD_KINDS if kind in optional))
+    kinds = (*KINDS, *(kind for kind in OPTIONAL_KINDS if kind in optional))
     sync = InitialSync(sink, kinds, settings=settings)
 
     def dra(plural: str) -> Deliver:

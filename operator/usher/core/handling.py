@@ -287,6 +287,12 @@ class EventHandlers:
             self.queue.move_all(event, old.raw if old else None, new.raw if new else None)
             return event.label
         name = str((raw.get("metadata") or {}).get("name"))
+        if kind == "devicetaintrules":
+            # As kube's slice tracker: a rule is seen as an update of each slice whose devices' taints it changed.
+            event = ClusterEvent(Resource.RESOURCE_SLICE, ActionType.UPDATE)
+            for patched in self.dra.on_taint_rule(deleted, raw):
+                self.queue.move_all(event, patched.raw, patched.raw)
+            return "DeviceTaintRuleChange"
         if kind == "resourceslices":
             old_slice = self.dra.slices.get(name)
             self.dra.on_slice(deleted, raw)

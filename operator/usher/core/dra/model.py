@@ -43,6 +43,53 @@ class ModelError(ValueError):
     """An API object the allocator cannot work with; the message starts with the offending field."""
 
 
+NO_SCHEDULE = "NoSchedule"
+NO_EXECUTE = "NoExecute"
+TAINT_EFFECT_NONE = "None"
+BLOCKING_EFFECTS = frozenset((NO_SCHEDULE, NO_EXECUTE))
+"""The taint effects that keep a device from being allocated unless tolerated; others (None, and any effect a
+newer API adds) are informational, as the allocator ignores them."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """A taint on a device, from its ResourceSlice (``spec.devices[].taints``) or a DeviceTaintRule."""
+
+    key: str
+    value: str
+    effect: str
+    time_added: str = ""
+    """``timeAdded`` (RFC 3339) as served, or ""."""
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceToleration:
+    """A request's ``tolerations[]`` entry: which device taints it accepts."""
+
+    key: str = ""
+    operator: str = ""
+    """"Equal" (also "", the API's default) or "Exists"; any other operator tolerates nothing."""
+    value: str = ""
+    effect: str = ""
+    """Empty tolerates every effect."""
+    toleration_seconds: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The toleration as the API writes it (into an allocation result), empty fields left out."""
+        out: dict[str, Any] = {}
+        for name, value in (("key", self.key), ("operator", self.operator), ("value", self.value)):
+            if value:
+                out[name] = value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     """A semantic-version attribute value (``{"version": "1.2.3"}``), kept as the text the driver published."""
@@ -87,6 +134,9 @@ class Device:
     """Per-device node access; only meaningful in a slice with ``perDeviceNodeSelection``."""
     node_selector: Mapping[str, Any] | None = None
     all_nodes: bool = False
+    taints: tuple[DeviceTaint, ...] = ()
+    """``taints`` as the slice publishes them, then (in the inventory usher allocates from) those of every
+    DeviceTaintRule that selects the device (:mod:`usher.core.dra.taints`)."""
     has_binding_conditions: bool = False
     """Uses DeviceBindingConditions (alpha, off): such devices are never selected."""
     counters: tuple[CounterUse, ...] = ()
@@ -147,6 +197,8 @@ class SubRequest:
     count: int
     """Devices an ExactCount request needs (at least 1); unused with All."""
     admin_access: bool = False
+    tolerations: tuple[DeviceToleration, ...] = ()
+    """``tolerations``: the device taints this request accepts (DRADeviceTaints)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +326,34 @@ def _node_selector(raw: Any, field: str) -> Mapping[str, Any]:
     return selector
 
 
+# ---------------------------------------------------------------- taints and tolerations
+
+
+def parse_taint(raw: Any, field: str) -> DeviceTaint:
+    """A ``DeviceTaint``. Any effect is kept: only NoSchedule and NoExecute keep devices from being allocated."""
+    taint = _mapping(raw, field)
+    return DeviceTaint(
+        key=_string(taint.get("key"), f"{field}.key"),
+        value=_string(taint.get("value"), f"{field}.value", required=False),
+        effect=_string(taint.get("effect"), f"{field}.effect"),
+        time_added=_string(taint.get("timeAdded"), f"{field}.timeAdded", required=False),
+    )
+
+
+def _toleration(raw: Any, field: str) -> DeviceToleration:
+    entry = _mapping(raw, field)
+    seconds = entry.get("tolerationSeconds")
+    if seconds is not None:
+        seconds = _integer(seconds, f"{field}.tolerationSeconds", default=0)
+    return DeviceToleration(
+        key=_string(entry.get("key"), f"{field}.key", required=False),
+        operator=_string(entry.get("operator"), f"{field}.operator", required=False),
+        value=_string(entry.get("value"), f"{field}.value", required=False),
+        effect=_string(entry.get("effect"), f"{field}.effect", required=False),
+        toleration_seconds=seconds,
+    )
+
+
 # ---------------------------------------------------------------- slices
 
 
@@ -325,10 +405,14 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         counter_sets.append(counter_set)
         for counter, amount in _counters(entry.get("counters"), f"{use_field}.counters").items():
             counters.append(((counter_set, counter), amount))
+    taints = tuple(
+        parse_taint(t, f"{field}.taints[{i}]") for i, t in enumerate(_list(spec.get("taints"), f"{field}.taints"))
+    )
     return Device(
         name=name,
         attributes=attributes,
         capacity=capacity,
+        taints=taints,
         node_name=node_name,
         node_selector=node_selector,
         all_nodes=all_nodes,
@@ -463,6 +547,10 @@ def _sub_request(raw: Mapping[str, Any], field: str, name: str, *, admin: bool) 
         mode="All" if mode == ALL else "ExactCount",
         count=count or 1,
         admin_access=bool(admin_access),
+        tolerations=tuple(
+            _toleration(t, f"{field}.tolerations[{i}]")
+            for i, t in enumerate(_list(raw.get("tolerations"), f"{field}.tolerations"))
+        ),
     )
 
 

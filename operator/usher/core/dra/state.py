@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from usher.core.dra.allocation import Allocation, Inventory
@@ -38,6 +38,7 @@ from usher.core.dra.model import (
     parse_slice,
 )
 from usher.core.dra.podclaims import ClaimIndex
+from usher.core.dra.taints import TaintRule, apply_rules, parse_taint_rule
 from usher.core.types import PodGroupKey, PodKey, version_not_older
 
 
@@ -63,14 +64,31 @@ class DraState:
     Fed by watch events and by the DynamicResources plugin; see the module docstring for the rules.
     """
 
-    def __init__(self, *, workload_claims: bool = True, partitionable: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        workload_claims: bool = True,
+        partitionable: bool = True,
+        device_taints: bool = True,
+        taint_rules: bool = True,
+    ) -> None:
         self.workload_claims = workload_claims
         """DRAWorkloadResourceClaims: a PodGroup's claims are reserved for the group, not for each pod."""
         self.partitionable = partitionable
         """DRAPartitionableDevices: devices that consume a pool's shared counters are allocated while they last."""
+        self.device_taints = device_taints
+        """DRADeviceTaints: a NoSchedule or NoExecute taint keeps a device from requests that do not tolerate it;
+        off: taints are dropped as slices are read, so the allocator never sees one."""
+        self.taint_rules_enabled = device_taints and taint_rules
+        """DRADeviceTaintRules (needs DRADeviceTaints): DeviceTaintRules add their taint to the devices they
+        select."""
         self._watched: dict[str, Claim] = {}
         self._assumed: dict[str, Claim] = {}
+        self._published: dict[str, Slice] = {}
+        """Slices as their drivers published them; ``slices`` holds them with the taint rules applied."""
         self.slices: dict[str, Slice] = {}
+        """Slices as the allocator sees them: with every DeviceTaintRule's taints (kube's patched slices)."""
+        self.taint_rules: dict[str, TaintRule] = {}
         self.classes: dict[str, DeviceClass] = {}
         self.class_of_resource: dict[str, str] = {}
         """Extended resource name -> the DeviceClass serving it (`usher.core.dra.extended`)."""
@@ -230,15 +248,49 @@ class DraState:
         name = str((raw.get("metadata") or {}).get("name"))
         self.slices_version += 1
         if deleted:
+            self._published.pop(name, None)
             self.slices.pop(name, None)
             self.broken.pop(f"slice/{name}", None)
             return
         try:
-            self.slices[name] = parse_slice(raw)
-            self.broken.pop(f"slice/{name}", None)
+            published = parse_slice(raw)
         except ModelError as exc:
+            self._published.pop(name, None)
             self.slices.pop(name, None)
             self.broken[f"slice/{name}"] = f"ResourceSlice {name}: {exc}"
+            return
+        if not self.device_taints and any(d.taints for d in published.devices):
+            published = replace(published, devices=tuple(replace(d, taints=()) for d in published.devices))
+        self._published[name] = published
+        self.slices[name] = apply_rules(published, self.taint_rules.values())
+        self.broken.pop(f"slice/{name}", None)
+
+    def on_taint_rule(self, deleted: bool, raw: Mapping[str, Any]) -> list[Slice]:
+        """Apply a DeviceTaintRule event; returns the slices whose devices' taints it changed (each a ResourceSlice
+        update, as kube's slice tracker reports it). Ignored without DRADeviceTaintRules."""
+        if not self.taint_rules_enabled:
+            return []
+        name = str((raw.get("metadata") or {}).get("name"))
+        key = f"devicetaintrule/{name}"
+        old = self.taint_rules.pop(name, None)
+        self.broken.pop(key, None)
+        if not deleted:
+            try:
+                self.taint_rules[name] = parse_taint_rule(raw)
+            except ModelError as exc:
+                self.broken[key] = f"DeviceTaintRule {name}: {exc}"
+        new = self.taint_rules.get(name)
+        changed: list[Slice] = []
+        for slice_name, published in self._published.items():
+            if not any(rule is not None and rule.applies_to(published) for rule in (old, new)):
+                continue
+            patched = apply_rules(published, self.taint_rules.values())
+            if [d.taints for d in patched.devices] != [d.taints for d in self.slices[slice_name].devices]:
+                self.slices[slice_name] = patched
+                changed.append(patched)
+        if changed:
+            self.slices_version += 1
+        return changed
 
     def on_class(self, deleted: bool, raw: Mapping[str, Any]) -> None:
         name = str((raw.get("metadata") or {}).get("name"))

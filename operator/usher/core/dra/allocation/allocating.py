@@ -62,7 +62,7 @@ def _allocation(solution: Solution) -> Allocation:
     for index, alternatives in enumerate(plan.requests):
         request = alternatives[selected[index] if plan.has_subs[index] else 0]
         chosen.append(ChosenRequest(request.base, request.name, plan.has_subs[index], request.class_))
-    picks = [Pick(request.name, request.admin, candidate) for request, candidate in results]
+    picks = [Pick(request.name, request.admin, candidate, request.tolerations) for request, candidate in results]
     return build_allocation(plan.claim, chosen, picks)
 
 

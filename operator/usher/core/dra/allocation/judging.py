@@ -16,6 +16,7 @@ from collections.abc import Callable
 from usher.core.dra.allocation.planning import ClaimPlan, MatchMemo, PlannedRequest
 from usher.core.dra.allocation.pools import Candidate
 from usher.core.dra.model import Device
+from usher.core.dra.taints import untolerated
 
 Evaluate = Callable[[str, Device, str], bool]
 """``evaluate(expression, device, driver)``: a CEL selector's result; raises for a CEL error."""
@@ -45,7 +46,10 @@ class Judge:
             raise TimedOutError
 
     def selectable(self, claim: ClaimPlan, request: PlannedRequest, candidate: Candidate) -> bool:
-        """Class selectors, then request selectors (cached per device for the request, as kube does)."""
+        """Class selectors, then request selectors (cached per device for the request, as kube does), then, but
+        not for an ``All`` request, the device's taints: kube's allocator checks them after the selectors, so a
+        tainted device still meets a selector's error, and for an ExactCount request an untolerated taint only
+        passes the device over."""
         cached = request.matches.get(candidate)
         if cached is not None:
             return cached
@@ -73,5 +77,7 @@ class Judge:
                     raise AbortError(
                         f"{where}: selector #{i} {expression!r} on device {candidate.id}: CEL runtime error: {exc}"
                     ) from exc
+        if matches and device.taints and not request.all_mode and untolerated(device.taints, request.tolerations):
+            matches = False
         request.matches[candidate] = matches
         return matches

@@ -15,7 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from usher.core.dra.allocation.pools import Candidate, VisiblePool
-from usher.core.dra.model import ALL, RESULTS_MAX_SIZE, Claim, Constraint, DeviceClass, SubRequest
+from usher.core.dra.model import ALL, RESULTS_MAX_SIZE, Claim, Constraint, DeviceClass, DeviceToleration, SubRequest
+
+MemoKey = tuple[tuple[str, ...], tuple[str, ...], tuple[DeviceToleration, ...] | None]
+"""(class selectors, request selectors, tolerations): what an answer depends on. Tolerations are None for
+``allocationMode: All`` requests, whose answers are the selectors' alone (a tainted device they select is
+not left out but makes the request fail, see :mod:`usher.core.dra.taints`)."""
 
 
 def _constraint_applies(constraint: Constraint, base: str, sub: str) -> bool:
@@ -25,7 +30,7 @@ def _constraint_applies(constraint: Constraint, base: str, sub: str) -> bool:
 
 
 class MatchMemo:
-    """Which devices each combination of class and request selectors accepts, across cycles.
+    """Which devices each combination of class and request selectors (and tolerations) accepts, across cycles.
 
     An answer depends on the device and the expressions only, so pods asking alike share them
     and each node's device is judged once rather than once per pod. Answers are kept per
@@ -44,41 +49,34 @@ class MatchMemo:
     __slots__ = ("_by_selectors", "_first_free", "_free", "_max")
 
     def __init__(self, *, max_combinations: int = 64) -> None:
-        self._by_selectors: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Candidate, bool]] = {}
-        self._free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, tuple[int, int]]] = {}
-        self._first_free: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[VisiblePool, FirstFree]] = {}
+        self._by_selectors: dict[MemoKey, dict[Candidate, bool]] = {}
+        self._free: dict[MemoKey, dict[VisiblePool, tuple[int, int]]] = {}
+        self._first_free: dict[MemoKey, dict[VisiblePool, FirstFree]] = {}
         self._max = max(1, max_combinations)
 
-    def answers(self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]) -> dict[Candidate, bool]:
+    def answers(self, key: MemoKey) -> dict[Candidate, bool]:
         """The answers for one combination, to read and add to (the same dict for every plan)."""
-        key = (class_selectors, request_selectors)
         found = self._by_selectors.get(key)
         if found is None:
             found = self._by_selectors[key] = {}
         return found
 
-    def free_counts(
-        self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
-    ) -> dict[VisiblePool, tuple[int, int]]:
+    def free_counts(self, key: MemoKey) -> dict[VisiblePool, tuple[int, int]]:
         """A pool as nodes see it -> (its in-use version, the free devices the combination accepts, or -1).
 
         -1 where an answer was not known; forgotten with the answers, and when over
         ``MAX_COUNTS`` pools (inventories with node selectors make a pool's view per call).
         """
-        key = (class_selectors, request_selectors)
         found = self._free.get(key)
         if found is None:
             found = self._free[key] = {}
         return found
 
-    def first_free(
-        self, class_selectors: tuple[str, ...], request_selectors: tuple[str, ...]
-    ) -> dict[VisiblePool, FirstFree]:
+    def first_free(self, key: MemoKey) -> dict[VisiblePool, FirstFree]:
         """A pool as nodes see it -> the free devices the combination accepts, as far as found.
 
         Forgotten with the answers, and when over ``MAX_COUNTS`` pools.
         """
-        key = (class_selectors, request_selectors)
         found = self._first_free.get(key)
         if found is None:
             found = self._first_free[key] = {}
@@ -87,7 +85,7 @@ class MatchMemo:
     def forget(self, expression: str) -> None:
         """Drop every answer that relied on ``expression``, also from plans already made."""
         for kept in (self._by_selectors, self._free, self._first_free):
-            for (class_selectors, request_selectors), answers in kept.items():
+            for (class_selectors, request_selectors, _), answers in kept.items():
                 if expression in class_selectors or expression in request_selectors:
                     answers.clear()
 
@@ -142,10 +140,12 @@ class PlannedRequest:
         "count",
         "first_free",
         "matches",
+        "memo_key",
         "name",
         "plain",
         "selectors",
         "sub",
+        "tolerations",
     )
 
     def __init__(
@@ -165,10 +165,14 @@ class PlannedRequest:
         self.all_mode = spec.mode == ALL
         self.admin = spec.admin_access
         self.count = spec.count
+        self.tolerations = spec.tolerations
+        """The device taints the request accepts: :class:`~.judging.Judge` leaves untolerated devices out of an
+        ExactCount request's answers, the search refuses them to an All request."""
         self.constraints = tuple(i for i, c in enumerate(constraints) if _constraint_applies(c, base, sub))
         """Indices of the claim constraints that apply to this request."""
-        self.matches = memo.answers(class_.selectors, spec.selectors)
-        self.first_free = memo.first_free(class_.selectors, spec.selectors)
+        self.memo_key: MemoKey = (class_.selectors, spec.selectors, None if self.all_mode else spec.tolerations)
+        self.matches = memo.answers(self.memo_key)
+        self.first_free = memo.first_free(self.memo_key)
         self.plain = not self.all_mode and not self.admin and not self.constraints
         """ExactCount, no adminAccess, no constraint: any free matching device will do."""
 
@@ -276,7 +280,7 @@ class Demand:
 
     def __init__(self, request: PlannedRequest, memo: MatchMemo) -> None:
         self.matches = request.matches
-        self.free = memo.free_counts(request.class_.selectors, request.selectors)
+        self.free = memo.free_counts(request.memo_key)
         self.count = 0
 
 

@@ -3,7 +3,7 @@
 As kube-scheduler builds it:
 
 - results in the order the devices were picked, ``adminAccess: true`` only
-  where asked;
+  where asked, and the request's ``tolerations`` where it has some (DRADeviceTaints);
 - configs: each class's ``spec.config`` once (FromClass), naming every request
   that used the class, then the claim's configs (FromClaim) that name no
   request, the request, or the chosen ``req/sub``; a config naming every
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from usher.core.dra.allocation.pools import Candidate
-from usher.core.dra.model import Claim, DeviceClass, DeviceId
+from usher.core.dra.model import Claim, DeviceClass, DeviceId, DeviceToleration
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,8 @@ class Pick:
     request: str
     admin_access: bool
     candidate: Candidate
+    tolerations: tuple[DeviceToleration, ...] = ()
+    """The request's tolerations, which the result records (as kube's allocator writes them)."""
 
 
 def build_allocation(claim: Claim, chosen: Sequence[ChosenRequest], picks: Sequence[Pick]) -> Allocation:
@@ -84,6 +86,8 @@ def build_allocation(claim: Claim, chosen: Sequence[ChosenRequest], picks: Seque
         }
         if pick.admin_access:
             result["adminAccess"] = True
+        if pick.tolerations:
+            result["tolerations"] = [t.to_api() for t in pick.tolerations]
         results.append(result)
     return Allocation(tuple(results), _configs(claim, chosen), _node_selector(picks))
 

@@ -18,6 +18,7 @@ from usher.core.dra.allocation.judging import AbortError, Judge
 from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest
 from usher.core.dra.allocation.pools import Candidate, Pool, VisiblePool
 from usher.core.dra.model import RESULTS_MAX_SIZE, Constraint, Device, DeviceId
+from usher.core.dra.taints import untolerated
 
 
 class _MatchAttribute:
@@ -345,14 +346,19 @@ class Search:
                     yield pool_index, index + 1, candidate
 
     def _usable(self, ci: int, request: PlannedRequest, candidate: Candidate) -> bool:
-        """Whether an All request's device is free for it (ExactCount's are checked as they are found)."""
+        """Whether an All request's device is free for it and its taints tolerated (ExactCount's are checked as
+        they are found). A device the request selected but may not have fails the request on this node, as in
+        kube's allocateDevice; the taint is checked after the counters there, which only decides the log line."""
         picked = self.picked.get(candidate)
         if request.admin:
             if picked and ci in picked:
                 return False
         elif picked or candidate.id in self.in_use:
             return False
-        return candidate.pool.counted or not candidate.device.consumes_counters
+        device = candidate.device
+        if device.taints and untolerated(device.taints, request.tolerations):
+            return False
+        return candidate.pool.counted or not device.consumes_counters
 
     def _take(self, claim: _ClaimSearch, ci: int, request: PlannedRequest, candidate: Candidate, *, must: bool) -> bool:
         """Pick a free device for the request if the pool's counters and the claim's constraints allow; undone by
