@@ -31,10 +31,6 @@ def tolerating_claim(name: str, class_name: str, *tolerations: Mapping[str, Any]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
 
 
-def plain_claim(name: str, class_name: str) -> dict[str, Any]:
-    return tolerating_claim(name, class_name)
-
-
 def device_of(driver: Driver, namespace: str, claim: str) -> str | None:
     raw = driver.resource.api_client.sanitize_for_serialization(
         driver.resource.read_namespaced_resource_claim(claim, namespace)
