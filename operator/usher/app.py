@@ -415,9 +415,11 @@ async def run(options: RunOptions) -> None:
         leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
         elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
     dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
-    wanted = (*(watching.WORKLOAD_KINDS if options.gates.generic_workload else ()),)
-    if options.gates.dra_device_taints and options.gates.dra_device_taint_rules:
-        wanted = (*wanted, watching.DEVICE_TAINT_RULES)
+    # DRADeviceTaintRules on implies DRADeviceTaints (parse_feature_gates refuses it otherwise).
+    wanted = [
+        *(watching.WORKLOAD_KINDS if options.gates.generic_workload else ()),
+        *((watching.DEVICE_TAINT_RULES,) if options.gates.dra_device_taint_rules else ()),
+    ]
     served = await watching.discover(api, wanted) if wanted else ()
     if options.gates.dra_device_taint_rules and watching.DEVICE_TAINT_RULES not in served:
         logger.info("the API server does not serve resource.k8s.io/v1 DeviceTaintRules: running without them")

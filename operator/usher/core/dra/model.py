@@ -43,10 +43,7 @@ class ModelError(ValueError):
     """An API object the allocator cannot work with; the message starts with the offending field."""
 
 
-NO_SCHEDULE = "NoSchedule"
-NO_EXECUTE = "NoExecute"
-TAINT_EFFECT_NONE = "None"
-BLOCKING_EFFECTS = frozenset((NO_SCHEDULE, NO_EXECUTE))
+BLOCKING_EFFECTS = frozenset(("NoSchedule", "NoExecute"))
 """The taint effects that keep a device from being allocated unless tolerated; others (None, and any effect a
 newer API adds) are informational, as the allocator ignores them."""
 
@@ -208,6 +205,15 @@ class Request:
     name: str
     exactly: SubRequest | None
     first_available: tuple[SubRequest, ...] = ()
+
+    @property
+    def alternatives(self) -> tuple[SubRequest, ...]:
+        """What may satisfy the request: ``exactly`` alone, or the ``firstAvailable`` entries in order."""
+        return (self.exactly,) if self.exactly is not None else self.first_available
+
+    def result_name(self, sub: SubRequest) -> str:
+        """How results and messages name the request when ``sub`` serves it: ``req``, or ``req/sub``."""
+        return self.name if self.exactly is not None else f"{self.name}/{sub.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,9 +156,8 @@ def kept_off_by_taints(
         if claim.allocation is not None:
             continue
         for request in claim.requests:
-            subs = [request.exactly] if request.exactly is not None else list(request.first_available)
-            for sub in subs:
-                name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+            for sub in request.alternatives:
+                name = request.result_name(sub)
                 class_ = classes.get(sub.class_name)
                 if class_ is None:
                     continue

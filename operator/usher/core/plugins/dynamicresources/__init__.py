@@ -367,8 +367,8 @@ class DynamicResources(DefaultNormalized):
                     f"resource claim {key} is in the process of being allocated", resolvable=False
                 )
             for request in claim.requests:
-                for sub in (request.exactly,) if request.exactly is not None else request.first_available:
-                    if sub is not None and sub.class_name not in self._dra.classes:
+                for sub in request.alternatives:
+                    if sub.class_name not in self._dra.classes:
                         broken = self._dra.broken.get(f"class/{sub.class_name}")
                         return None, unschedulable(
                             broken or f"request {request.name}: device class {sub.class_name} does not exist",
@@ -873,8 +873,7 @@ class DynamicResources(DefaultNormalized):
             if claim is None:
                 continue
             for request in claim.requests:
-                subs = (request.exactly,) if request.exactly is not None else request.first_available
-                if any(s is not None and s.class_name == name for s in subs):
+                if any(s.class_name == name for s in request.alternatives):
                     return QueueingHint.QUEUE
         return QueueingHint.QUEUE_SKIP
 
