@@ -18,6 +18,7 @@ A100 = DeviceInput(
         "pci.example.org": {"root": "pci0000:00"},
     },
     capacity={GPU: {"memory": "40Gi", "power": "400"}},
+    allow_multiple_allocations=True,
 )
 
 
@@ -35,6 +36,12 @@ def _range(n: int) -> str:
     [
         pytest.param(f'device.driver == "{GPU}"', True, id="the driver matches"),
         pytest.param('device.driver == "nic.example.com"', False, id="another driver does not match"),
+        pytest.param("device.allowMultipleAllocations", True, id="allowMultipleAllocations is a bool"),
+        pytest.param(
+            "type(device.allowMultipleAllocations) == bool && has(device.allowMultipleAllocations)",
+            True,
+            id="allowMultipleAllocations is always present",
+        ),
         pytest.param(f'device.attributes["{GPU}"].model == "a100"', True, id="a string attribute compares"),
         pytest.param(f'device.attributes["{GPU}"].cores >= 100', True, id="an int attribute compares"),
         pytest.param(f'device.attributes["{GPU}"].mig', True, id="a bool attribute is a bool"),
@@ -235,6 +242,11 @@ def test_check_accepts_what_compiles(evaluator: SelectorEvaluator, expression: s
 def test_check_refuses_a_syntax_error(evaluator: SelectorEvaluator) -> None:
     with pytest.raises(CelError, match="compilation failed"):
         evaluator.check("device.driver ==")
+
+
+def test_allow_multiple_allocations_is_false_unless_the_device_sets_it(evaluator: SelectorEvaluator) -> None:
+    assert not evaluator.matches("device.allowMultipleAllocations", DeviceInput(GPU, {}, {}))
+    assert evaluator.matches("!device.allowMultipleAllocations", DeviceInput(GPU, {}, {}))
 
 
 def test_an_unparsable_capacity_is_an_error_naming_it(evaluator: SelectorEvaluator) -> None:

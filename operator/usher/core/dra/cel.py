@@ -1,9 +1,39 @@
 """CEL device selectors of Dynamic Resource Allocation, evaluated as kube-scheduler does. Pure.
 
-A selector sees one ``device``: ``driver``, ``attributes[domain][id]`` and
-``capacity[domain][id]``, plus the Kubernetes ``quantity`` and ``semver``
-libraries, ``cel.bind``, the strings extension and optional types. The result
-must be a bool; anything else, or any error, raises :class:`CelError`.
+A selector sees one ``device``: ``driver``, ``allowMultipleAllocations`` (a
+bool, false unless the device sets it), ``attributes[domain][id]`` and
+``capacity[domain][id]``. The result must be a bool; anything else, or any
+error, raises :class:`CelError`. The environment is Kubernetes 1.37's (its
+``StoredExpressions`` base environment plus the DRA ``device``), function by
+function:
+
+- From the library (CEL-C++): the core language; ``cel.bind``; optional types;
+  the strings extension at version 2, the one Kubernetes pins (``charAt``,
+  ``indexOf``, ``lastIndexOf``, ``lowerAscii``, ``upperAscii``, ``replace``,
+  ``split``, ``substring``, ``trim``, ``join``, ``format``, ``strings.quote``);
+  ``sets.contains``, ``sets.equivalent``, ``sets.intersects``; the lists
+  extension at version 2, whose functions are cel-go's version 3 that
+  Kubernetes pins (``slice``, ``flatten``, ``distinct``, ``reverse``, ``sort``,
+  ``sortBy``, ``lists.range``); the two-variable ``all``, ``exists``,
+  ``existsOne``, ``transformList``, ``transformMap`` and ``transformMapEntry``
+  macros (the library forgets to register the run-time half of the last two,
+  ``cel.@mapInsert``, which :mod:`usher.core.dra.cellibrary` supplies).
+- Written here, as custom functions: ``quantity`` and ``semver`` (below);
+  Kubernetes' Lists (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``,
+  ``lastIndexOf`` of a list, ``includes``), Regex (``find``, ``findAll``, run
+  on the library's RE2), URLs (``url``, ``isURL``, ``getScheme``, ``getHost``,
+  ``getHostname``, ``getPort``, ``getEscapedPath``, ``getQuery``), IP
+  (``ip``, ``isIP``, ``ip.isCanonical``, ``family``, ``isUnspecified``,
+  ``isLoopback``, ``isLinkLocalMulticast``, ``isLinkLocalUnicast``,
+  ``isGlobalUnicast``, ``string``) and CIDR (``cidr``, ``isCIDR``,
+  ``containsIP``, ``containsCIDR``, ``ip``, ``prefixLength``, ``masked``,
+  ``string``): see :mod:`usher.core.dra.cellibrary`.
+- Missing: Kubernetes' Format library (``format.dns1123Label()`` and the like
+  return optional values, which a Python function cannot produce); the
+  ``net.IP``/``net.CIDR`` type names; cross-type numeric comparisons
+  (``1 < 1.5``), which the CEL-C++ checker refuses; ext.Math is not in the
+  Kubernetes environment, so not here either. Mixed-type list literals, which
+  the apiserver refuses, are accepted.
 
 The library is ``cel-expr-python`` (0.1.x), the official wrapper of CEL-C++, a
 binary wheel. Measured on Python 3.11 with ``device.driver == "gpu.example.com"
@@ -19,17 +49,23 @@ iterations per evaluation); the other two run for as long as an expression asks.
 The library has no custom value types, so the Kubernetes environment is built
 from what it has:
 
-- A Quantity or a Semver is a one-entry map (``{"@quantity": "1073741824"}``,
-  ``{"@semver": "1.2.3"}``) holding a canonical text, so ``==`` compares values
-  (``quantity("1Gi") == quantity("1024Mi")``) and ``<`` does not compile.
+- A Quantity, Semver, IP address, CIDR or URL is a one-entry map
+  (``{"@quantity": "1073741824"}``, ``{"@semver": "1.2.3"}``, ``{"@ip":
+  "10.0.0.1"}``, ``{"@cidr": "10.0.0.0/24"}``, ``{"@url": text}``) holding a
+  canonical text, so ``==`` compares values (``quantity("1Gi") ==
+  quantity("1024Mi")``) and ``<`` does not compile. They share one declared
+  type, so giving one where another is expected fails when evaluated, naming
+  what was expected, rather than when compiled.
 - An unknown domain is an empty map: the domains an expression names
   (``device.attributes["x.io"]``, also through ``cel.bind``) are found in its
   syntax tree and, when a device lacks them, added to its maps as empty maps.
 - Limits: at most 10 KiB of text; a size-aware static estimate of the cost, at
   most 1,000,000 (refused when compiled, like the apiserver does, so a
-  ``cel.bind`` chain that doubles a string 30 times never runs); 10,000
-  comprehension iterations at run time; and a CPU-time limit per evaluation,
-  after which the expression is refused from then on.
+  ``cel.bind`` chain that doubles a string 30 times, or ``lists.range(n)`` of
+  an ``n`` known only at run time, never runs); a constant ``find`` pattern RE2
+  refuses is refused when compiled too; 10,000 comprehension iterations at run
+  time; and a CPU-time limit per evaluation, after which the expression is
+  refused from then on.
 """
 
 from __future__ import annotations
@@ -44,6 +80,7 @@ import semver
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
+from usher.core.dra import cellibrary
 from usher.core.dra.celcost import analyse
 from usher.core.dra.model import AttributeValue, Version
 from usher.core.resources import parse_quantity
@@ -71,6 +108,8 @@ class DeviceInput:
     """domain -> id -> value."""
     capacity: Mapping[str, Mapping[str, str]]
     """domain -> id -> quantity text (``"40Gi"``)."""
+    allow_multiple_allocations: bool = False
+    """``device.allowMultipleAllocations`` (resource.k8s.io/v1 ``Device.allowMultipleAllocations``, unset is false)."""
 
 
 # ------------------------------------------------------------------ Quantity and Semver values
@@ -224,9 +263,29 @@ def _functions() -> list[Any]:
     ]
 
 
+_LIBRARY_EXTENSIONS = """\
+extensions:
+  - name: "sets"
+  - name: "lists"
+    version: 2
+  - name: "two-var-comprehensions"
+"""
+"""The library's extensions named in its environment configuration (they have no Python class)."""
+
+
 def _new_environment() -> Any:
-    extensions = [ext_bindings.ExtBindings(), ext_strings.ExtStrings(), ext_optional.ExtOptional()]
-    return cel.NewEnv(variables={"device": cel.Type.DYN}, extensions=extensions, functions=_functions())
+    extensions = [
+        ext_bindings.ExtBindings(),
+        ext_strings.ExtStrings(version=2),  # the version Kubernetes pins: no string reverse()
+        ext_optional.ExtOptional(),
+        cellibrary.extension(),
+    ]
+    return cel.NewEnv(
+        config=cel.NewEnvConfigFromYaml(_LIBRARY_EXTENSIONS),
+        variables={"device": cel.Type.DYN},
+        extensions=extensions,
+        functions=_functions() + cellibrary.functions(),
+    )
 
 
 # ------------------------------------------------------------------ compiling and evaluating
@@ -254,11 +313,16 @@ def _compile(environment: Any, expression: str) -> _Compiled:
     if result not in (cel.Type.BOOL, cel.Type.DYN):
         return _Compiled(error=f"must evaluate to bool, not {result.name().lower()}")
     try:
-        cost, domains = analyse(program.serialize())
+        cost, domains, patterns = analyse(program.serialize())
     except (KeyError, IndexError, ValueError) as exc:  # a tree this module does not know: refuse, do not guess
         return _Compiled(error=f"cannot estimate the cost of this expression ({type(exc).__name__}: {exc})")
     if cost > COST_LIMIT:
         return _Compiled(error=f"too expensive: the estimated cost {cost} exceeds the limit of {COST_LIMIT}")
+    for pattern in patterns:
+        try:
+            cellibrary.check_pattern(pattern)
+        except ValueError as exc:
+            return _Compiled(error=f"compilation failed: {exc}")
     return _Compiled(program, domains)
 
 
@@ -288,7 +352,12 @@ def _device_data(device: DeviceInput) -> dict[str, Any]:
                 capacity[domain][id_] = _quantity(text)
             except ValueError as exc:
                 raise CelError(f"device capacity {domain}/{id_}: {exc}") from exc
-    return {"driver": device.driver, "attributes": attributes, "capacity": capacity}
+    return {
+        "driver": device.driver,
+        "allowMultipleAllocations": device.allow_multiple_allocations,
+        "attributes": attributes,
+        "capacity": capacity,
+    }
 
 
 def _version_value(text: str) -> _CelMap:
@@ -373,7 +442,7 @@ class SelectorEvaluator:
             data = self._data
             if missing:
                 data = {
-                    "driver": data["driver"],
+                    **data,
                     "attributes": {**{d: {} for d in missing}, **data["attributes"]},
                     "capacity": {**{d: {} for d in missing}, **data["capacity"]},
                 }

@@ -7,14 +7,24 @@ string 30 times would otherwise take seconds and gigabytes. The estimate walks
 the checked syntax tree (a protobuf, read here field by field) with an upper
 bound on the size of every value of the ``device`` environment. The same walk
 collects the attribute/capacity domains the expression looks up by a constant
-name, so they can be made empty maps when a device lacks them.
+name, so they can be made empty maps when a device lacks them, and the constant
+patterns of ``find`` and ``findAll``, so RE2 can check them when compiled.
+
+The Kubernetes library functions are priced as upstream's estimator
+(``library/cost.go``) does, in this model's units: list functions a traversal,
+``find``/``findAll`` the string's length times the pattern's over four, the
+``sets`` functions and ``distinct`` one operand times the other, IP and CIDR
+accessors one step; ``lists.range(n)`` makes ``n`` entries, and as many as a
+million when ``n`` is not a constant (so it is refused), and a
+``transformMap``'s accumulated map is counted again at each step because each
+insertion copies it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 ITERATION_BUDGET = 10_000
 """CEL-C++ stops an evaluation after this many comprehension iterations in all."""
@@ -69,8 +79,10 @@ _SCALAR = _Shape(1)
 _TEXT = _Shape(64)
 _IDS = _Shape(32 * (64 + 64), 32, _TEXT, _TEXT)
 _DOMAINS = _Shape(32 * 64 + _IDS.size, 32, _TEXT, _IDS, "domains")
-_DEVICE = _Shape(2 * _DOMAINS.size + 64, 3, _TEXT, _DOMAINS, "device")
-_DEVICE_FIELDS = {"driver": _TEXT, "attributes": _DOMAINS, "capacity": _DOMAINS}
+_DEVICE = _Shape(2 * _DOMAINS.size + 65, 4, _TEXT, _DOMAINS, "device")
+_DEVICE_FIELDS = {"driver": _TEXT, "allowMultipleAllocations": _SCALAR, "attributes": _DOMAINS, "capacity": _DOMAINS}
+_UNBOUNDED_RANGE = 1_000_000
+"""``lists.range(n)`` with an ``n`` known only at run time: as upstream, assume the worst (and refuse)."""
 
 _O1 = frozenset({"_[_]", "_?._", "_[?_]", "_&&_", "_||_", "!_", "_?_:_", "@not_strictly_false"})
 """Calls that cost one step whatever the size of their operands."""
@@ -80,8 +92,12 @@ _SCALAR_RESULT = frozenset(
     | {"int", "uint", "double", "bool", "type", "hasValue", "quantity", "isQuantity", "semver", "isSemver"}
     | {"compareTo", "isGreaterThan", "isLessThan", "add", "sub", "sign", "isInteger", "asInteger"}
     | {"asApproximateFloat", "major", "minor", "patch"}
+    | {"isSorted", "sum", "includes", "isURL", "isIP", "ip.isCanonical", "isCIDR", "containsIP", "containsCIDR"}
+    | {"family", "isUnspecified", "isLoopback", "isLinkLocalMulticast", "isLinkLocalUnicast", "isGlobalUnicast"}
+    | {"prefixLength", "ip", "cidr", "masked", "sets.contains", "sets.equivalent", "sets.intersects"}
 )
-"""Calls whose result is a scalar or a small quantity or semver."""
+"""Calls whose result is a scalar or a small boxed value (quantity, semver, IP address, CIDR)."""
+_BOXED_RESULT = frozenset({"quantity", "semver", "add", "sub", "ip", "cidr", "masked"})
 _SAME_SIZE = frozenset(
     {
         "lowerAscii",
@@ -96,9 +112,21 @@ _SAME_SIZE = frozenset(
         "value",
         "orValue",
         "or",
+        "find",
+        "url",
+        "getScheme",
+        "getHost",
+        "getHostname",
+        "getPort",
+        "slice",
+        "distinct",
+        "sort",
+        "@sortByAssociatedKeys",
     }
 )
 """Calls whose result is no bigger than their operands."""
+_PRODUCT_COST = frozenset({"sets.contains", "sets.equivalent", "sets.intersects", "distinct"})
+"""Calls that compare every element of one operand with every element of another (or itself)."""
 
 
 def _fields(message: bytes) -> dict[int, list[Any]]:
@@ -140,6 +168,12 @@ def _string_constant(expr: bytes) -> str | None:
     return strings[0].decode() if strings else None
 
 
+def _int_constant(expr: bytes) -> int | None:
+    constant = _fields(expr).get(3)
+    ints = _fields(constant[0]).get(3) if constant else None
+    return ints[0] - (ints[0] >> 63 << 64) if ints else None  # a varint holds the two's complement
+
+
 class _Estimate:
     """Walks a ``cel.expr.Expr`` tree (as serialized by the library) for a cost bound and the domains it names.
 
@@ -153,6 +187,8 @@ class _Estimate:
     def __init__(self) -> None:
         self.cost = 0
         self.domains: set[str] = set()
+        self.patterns: set[str] = set()
+        self.map_inserts = 0
 
     def expr(self, expr: bytes, scope: Mapping[str, _Shape]) -> _Shape:
         self.cost += 1
@@ -204,8 +240,17 @@ class _Estimate:
             return _member(shapes[0])
         if function == "_?_:_":
             return _join(shapes[1:])
+        if function in _PRODUCT_COST:
+            self.cost += shapes[0].size * max(1, shapes[-1].items)
+        if function in ("find", "findAll") and len(shapes) >= 2:
+            self.cost += (shapes[0].size + 1) * (shapes[1].size // 4 + 1)  # upstream: string length x regex length
+            pattern = _string_constant(arguments[1])
+            if pattern is not None:
+                self.patterns.add(pattern)
         if function in _SCALAR_RESULT:
-            return _TEXT if function in ("quantity", "semver", "add", "sub") else _SCALAR
+            return _TEXT if function in _BOXED_RESULT else _SCALAR
+        if function in ("min", "max"):
+            return _member(shapes[0])
         if function in _SAME_SIZE:
             return _join(shapes)
         if function == "_+_":
@@ -215,8 +260,19 @@ class _Estimate:
         elif function == "join":
             separator = shapes[1].size if len(shapes) > 1 else 0
             result = _Shape(shapes[0].size + shapes[0].items * separator)
-        elif function == "split":
+        elif function in ("split", "findAll", "getQuery"):
             result = _Shape(2 * shapes[0].size + 1, shapes[0].size + 1)
+        elif function == "getEscapedPath":
+            result = _Shape(3 * shapes[0].size)  # every byte may become %XX
+        elif function == "flatten":
+            result = _Shape(shapes[0].size, shapes[0].size)
+        elif function == "lists.range":
+            count = _int_constant(arguments[0])
+            count = _UNBOUNDED_RANGE if count is None else max(0, count)
+            result = _Shape(2 * count, count, _SCALAR, _SCALAR)
+        elif function == "cel.@mapInsert":  # transformMap's step: the accumulated map grows by one entry
+            self.map_inserts += 1
+            result = _Shape(sizes + 1, shapes[0].items + max(1, sum(s.items for s in shapes[1:])))
         else:  # format, and anything not listed: a generous linear bound
             result = _Shape(4 * sizes + 16, sum(s.items for s in shapes))
         self.cost += result.size
@@ -239,7 +295,7 @@ class _Estimate:
         inner = {**scope, iter_var: _key(iterated), accu_var: initial}
         if iter_var2:
             inner[iter_var2] = _member(iterated)
-        before = self.cost
+        before, inserts = self.cost, self.map_inserts
         step = initial
         for number in (5, 6):
             if number in loop:
@@ -250,14 +306,26 @@ class _Estimate:
             initial.size + iterations * max(0, step.size - initial.size),
             initial.items + iterations * max(0, step.items - initial.items),
         )
+        if self.map_inserts > inserts:  # each insert copies the map built so far (a Python function's arguments)
+            self.cost += iterations * grown.size
         return self.expr(loop[7][0], {**scope, accu_var: grown if iterations else initial})
 
 
-def analyse(serialized: bytes) -> tuple[int, frozenset[str]]:
-    """The estimated cost of a compiled expression and the domains it looks up by a constant name."""
+class Analysis(NamedTuple):
+    """What the walk of a compiled expression found."""
+
+    cost: int
+    domains: frozenset[str]
+    """The attribute/capacity domains it looks up by a constant name."""
+    patterns: frozenset[str]
+    """The constant regular expressions of its ``find`` and ``findAll`` calls (checked when compiled, as upstream)."""
+
+
+def analyse(serialized: bytes) -> Analysis:
+    """The estimated cost of a compiled expression, the domains it names and its constant regex patterns."""
     any_message = _fields(serialized)
     checked = any_message[1][0].endswith(b"CheckedExpr")
     expr = _fields(any_message[2][0])[4 if checked else 2][0]
     estimate = _Estimate()
     estimate.expr(expr, {})
-    return estimate.cost, frozenset(estimate.domains)
+    return Analysis(estimate.cost, frozenset(estimate.domains), frozenset(estimate.patterns))
