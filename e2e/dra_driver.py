@@ -134,8 +134,12 @@ class Driver:
 
     def publish_partitions(self, node: str, memory: str, partitions: dict[str, str]) -> None:
         for body in partitioned_slices(node, memory, partitions):
-            self.resource.create_resource_slice(body)  # type: ignore[arg-type]
-            self.slices.append(body["metadata"]["name"])
+            self.publish(body)
+
+    def publish(self, body: Mapping[str, Any]) -> None:
+        """Any ResourceSlice (see :func:`resource_slice`), removed at cleanup."""
+        self.resource.create_resource_slice(dict(body))  # type: ignore[arg-type]
+        self.slices.append(body["metadata"]["name"])
 
     def cleanup(self) -> None:
         for name in self.slices:

@@ -18,6 +18,7 @@ from usher.core.cache import Cache, DisruptionBudget, NodeInfo
 from usher.core.clock import FakeClock
 from usher.core.dra.state import DraState
 from usher.core.framework.building import build_framework
+from usher.core.framework.registry import Registry
 from usher.core.framework.runtime import Framework
 from usher.core.plugins.registry import in_tree_registry
 from usher.core.podgroups import PodGroupStates
@@ -61,8 +62,26 @@ def scripted_write(
 
 
 @dataclass
-class RecordingClaimWriter:
-    """Records claim writes; answers them with the written object and a bumped resourceVersion."""
+class ScriptedChanges:
+    """A writer's ``changed``: each call runs the next of ``script`` (a test's stand-in for the watch event the
+    wait is for) and returns True; with the script used up it returns False at once, as the deadline would:
+    nothing waits for the wall clock."""
+
+    script: list[Callable[[], None]] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+
+    async def changed(self, within: float) -> bool:
+        self.waits.append(within)
+        if not self.script:
+            return False
+        self.script.pop(0)()
+        return True
+
+
+@dataclass
+class RecordingClaimWriter(ScriptedChanges):
+    """Records claim writes; answers them with the written object and a bumped resourceVersion; waits as
+    :class:`ScriptedChanges`."""
 
     writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
@@ -125,16 +144,12 @@ class RecordingClaimWriter:
 
 
 @dataclass
-class RecordingVolumeWriter:
+class RecordingVolumeWriter(ScriptedChanges):
     """Records PV/PVC writes and answers each with the object and a bumped resourceVersion, or the
-    scripted status. Each ``changed`` runs the next of ``script`` (a test's stand-in for the watch
-    event the wait is for) and returns True; with the script used up it returns False at once, as
-    the deadline would: nothing waits for the wall clock."""
+    scripted status; waits as :class:`ScriptedChanges`."""
 
     writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
-    script: list[Callable[[], None]] = field(default_factory=list)
-    waits: list[float] = field(default_factory=list)
 
     def _answer(self, kind: str, obj: Mapping[str, Any]) -> WriteResult:
         return scripted_write(self.writes, self.answers, kind, obj)
@@ -144,13 +159,6 @@ class RecordingVolumeWriter:
 
     async def update_claim(self, claim: Mapping[str, Any]) -> WriteResult:
         return self._answer("claim", claim)
-
-    async def changed(self, within: float) -> bool:
-        self.waits.append(within)
-        if not self.script:
-            return False
-        self.script.pop(0)()
-        return True
 
 
 @dataclass
@@ -209,7 +217,15 @@ class FakeHandle:
         return self.budgets.get(namespace, [])
 
 
-def framework_of(*plugins: str, handle: Any) -> Framework:
+def registry_with(name: str, factory: Any) -> Registry:
+    """The in-tree registry with one plugin's factory replaced (a test builds that plugin with its own clocks)."""
+    base, registry = in_tree_registry(), Registry()
+    for plugin in base:
+        registry.register(plugin, factory if plugin == name else base.factory(plugin))
+    return registry
+
+
+def framework_of(*plugins: str, handle: Any, registry: Registry | None = None) -> Framework:
     """A profile that runs only ``plugins`` (multiPoint, every default disabled), so the plugins a test is
     not about neither filter nor score."""
     config = {
@@ -224,7 +240,7 @@ def framework_of(*plugins: str, handle: Any) -> Framework:
             }
         ],
     }
-    registry = in_tree_registry()
+    registry = registry or in_tree_registry()
     return build_framework(parse_config(config, registry=registry).profiles[0], registry=registry, handle=handle)
 
 

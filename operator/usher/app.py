@@ -184,6 +184,9 @@ def build_scheduler(
         partitionable=gates.dra_partitionable_devices,
         device_taints=gates.dra_device_taints,
         taint_rules=gates.dra_device_taint_rules,
+        consumable=gates.dra_consumable_capacity,
+        fractional=gates.dra_fractional_capacity_range,
+        binding_conditions=gates.dra_device_binding_conditions and gates.dra_resource_claim_device_status,
     )
     volumes = volumes or VolumeState()
     evictions = Evictions()
@@ -439,6 +442,7 @@ async def run(options: RunOptions) -> None:
     volumes = VolumeState()
     volume_writer = DispatcherVolumeWriter(dispatcher)
     volumes.on_change(volume_writer.notify)
+    claim_writer = DispatcherClaimWriter(dispatcher, api)
     scheduler = build_scheduler(
         options.config,
         options.gates,
@@ -446,7 +450,7 @@ async def run(options: RunOptions) -> None:
         recorder=metrics,
         writer=dispatcher,
         binder=DispatcherBinder(dispatcher, api),
-        claim_writer=DispatcherClaimWriter(dispatcher, api),
+        claim_writer=claim_writer,
         volume_writer=volume_writer,
         volumes=volumes,
         leading=leading,
@@ -454,6 +458,7 @@ async def run(options: RunOptions) -> None:
         status_delay=options.status_delay,
         pod_groups_served=watching.POD_GROUPS in served,
     )
+    scheduler.dra.claim_listeners.append(claim_writer.notify)
     metrics.watch_queue(scheduler.queue)
     metrics.watch_cache(scheduler.cache)
 

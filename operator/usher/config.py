@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from usher.core.framework import names
+from usher.core.framework.args import go_duration
 from usher.core.framework.building import ProfileError, check_profile
 from usher.core.framework.interface import EXTENSION_POINTS
 from usher.core.framework.profiles import PluginArgs, PluginList, PluginRef, ProfileConfig
@@ -407,13 +408,9 @@ def _number(value: Any, path: str, *, minimum: float) -> float:
     return float(value)
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
-
-
 def _duration(value: Any, path: str) -> float:
     """A Go duration (``15s``, ``1m30s``, ``500ms``) in seconds."""
-    match = _DURATION.match(str(value)) if isinstance(value, str) and value else None
-    if match is None or not any(match.groups()):
+    seconds = go_duration(value)
+    if seconds is None:
         raise ConfigError(f"{path}: must be a duration like '15s' or '1m30s', got {value!r}")
-    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+    return seconds

@@ -101,6 +101,43 @@ class FeatureGates:
             "DeviceTaintRules (resource.k8s.io/v1) add their taint to the devices they select (needs DRADeviceTaints)"
         ),
     )
+    dra_consumable_capacity: bool = _gate(
+        "DRAConsumableCapacity",
+        default=True,
+        stage="Beta",
+        description=(
+            "devices with allowMultipleAllocations are shared by claims while their capacity lasts: requests ask "
+            "for capacity.requests, rounded by the device's requestPolicy, results carry consumedCapacity and a "
+            "shareID, and distinctAttribute constraints hold; off: every device is allocated whole"
+        ),
+    )
+    dra_fractional_capacity_range: bool = _gate(
+        "DRAFractionalCapacityRange",
+        default=True,
+        stage="Beta",
+        description=(
+            "a capacity requestPolicy.validRange with fractional min, max or step rounds requests in thousandths "
+            "(needs DRAConsumableCapacity); off: in whole units"
+        ),
+    )
+    dra_device_binding_conditions: bool = _gate(
+        "DRADeviceBindingConditions",
+        default=True,
+        stage="Beta",
+        description=(
+            "devices with bindingConditions are allocated, and PreBind waits (up to DynamicResources' "
+            "bindingTimeout) until the conditions are true in the claim's status.devices; a failure condition or "
+            "the timeout sends the pod back and the claim is deallocated (needs DRAResourceClaimDeviceStatus); "
+            "off: such devices are never allocated"
+        ),
+    )
+    dra_resource_claim_device_status: bool = _gate(
+        "DRAResourceClaimDeviceStatus",
+        default=True,
+        stage="GA",
+        locked=True,
+        description="drivers report per-device status (status.devices) in ResourceClaims; binding conditions read it",
+    )
     dra_extended_resource: bool = _gate(
         "DRAExtendedResource",
         default=True,
@@ -136,7 +173,11 @@ _NEED_GENERIC_WORKLOAD = {
 """Gates that depend on GenericWorkload (and follow it off unless set) -> why."""
 
 
-_DEPENDENCIES = {"dra_device_taint_rules": ("dra_device_taints",)}
+_DEPENDENCIES = {
+    "dra_device_taint_rules": ("dra_device_taints",),
+    "dra_fractional_capacity_range": ("dra_consumable_capacity",),
+    "dra_device_binding_conditions": ("dra_resource_claim_device_status",),
+}
 """Gate -> the gates it needs, refused as kube-scheduler refuses them (``pkg/features``' dependencies)."""
 
 

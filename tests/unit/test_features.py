@@ -63,6 +63,10 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
             "DRADeviceTaints=false",
             "DRADeviceTaintRules is enabled, but depends on features that are disabled: [DRADeviceTaints]",
         ),
+        (
+            "DRAConsumableCapacity=false",
+            "DRAFractionalCapacityRange is enabled, but depends on features that are disabled: [DRAConsumableCapacity]",
+        ),
     ],
     ids=[
         "unknown name",
@@ -74,6 +78,7 @@ def test_a_gate_turns_off_its_attribute_only(text: str, expected: FeatureGates) 
         "DRAWorkloadResourceClaims needs GenericWorkload",
         "a GA gate locked on, as in kube-scheduler",
         "DRADeviceTaintRules on needs DRADeviceTaints, in kube-scheduler's words",
+        "DRAFractionalCapacityRange on needs DRAConsumableCapacity",
     ],
 )
 def test_bad_feature_gates_stop_start_up(text: str, message: str) -> None:
@@ -114,3 +119,9 @@ def test_device_taints_can_be_turned_off_with_their_rules() -> None:
     gates = parse_feature_gates("DRADeviceTaints=false,DRADeviceTaintRules=false")
     assert (gates.dra_device_taints, gates.dra_device_taint_rules) == (False, False)
     assert parse_feature_gates("DRADeviceTaintRules=false").dra_device_taints is True
+
+
+def test_consumable_capacity_can_be_turned_off_with_fractional_ranges() -> None:
+    gates = parse_feature_gates("DRAConsumableCapacity=false,DRAFractionalCapacityRange=false")
+    assert (gates.dra_consumable_capacity, gates.dra_fractional_capacity_range) == (False, False)
+    assert parse_feature_gates("DRAFractionalCapacityRange=false").dra_consumable_capacity is True

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import make_pod
-from usher.core.resources import QuantityError, format_amount, pod_requests, to_amount
+from usher.core.resources import (
+    QuantityError,
+    canonical_quantity,
+    format_amount,
+    parse_quantity,
+    pod_requests,
+    to_amount,
+)
 
 
 @pytest.mark.parametrize(
@@ -96,3 +103,29 @@ def test_pod_level_requests_override_container_sums() -> None:
 )
 def test_amounts_format_back_for_humans(name: str, amount: int, text: str) -> None:
     assert format_amount(name, amount) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "binary", "canonical"),
+    [
+        ("12Gi", True, "12Gi"),
+        ("12884901888", True, "12Gi"),
+        ("1536", True, "1536"),
+        ("1.5Gi", True, "1536Mi"),
+        ("512", True, "512"),
+        ("1.5", True, "1500m"),
+        ("300m", False, "300m"),
+        ("0.3", False, "300m"),
+        ("12G", False, "12G"),
+        ("12000000000", False, "12G"),
+        ("1500", False, "1500"),
+        ("0", False, "0"),
+        ("0.1n", False, "1n"),
+        ("-2Gi", True, "-2Gi"),
+    ],
+    ids=str,
+)
+def test_quantities_are_written_in_kubernetes_canonical_form(text: str, binary: bool, canonical: str) -> None:
+    """As resource.Quantity's String(): binary units for whole multiples of 1024 written in them, else decimal
+    SI with an exponent that is a multiple of three, rounded up to nano units."""
+    assert canonical_quantity(parse_quantity(text), binary=binary) == canonical

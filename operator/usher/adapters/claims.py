@@ -2,7 +2,9 @@
 
 Writes go through the dispatcher (untracked: each is a read-modify-write
 with its own resourceVersion precondition, so two pods reserving one shared
-claim must not merge); reads after a conflict go straight to the API.
+claim must not merge); reads after a conflict go straight to the API. A
+PreBind waiting for binding conditions is woken by ``notify``, which the DRA
+state calls whenever a watched claim changes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from usher.adapters.changes import Changes
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.adapters.kubeapi import ApiResult, KubeApi
 from usher.adapters.reporting import STRATEGIC_MERGE
@@ -21,10 +24,11 @@ def claim_path(namespace: str, name: str) -> str:
     return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 
 
-class DispatcherClaimWriter:
+class DispatcherClaimWriter(Changes):
     """The DRA ``ClaimWriter`` port: ResourceClaim status and binding writes through the dispatcher."""
 
     def __init__(self, dispatcher: Dispatcher, api: KubeApi) -> None:
+        super().__init__()
         self._dispatcher = dispatcher
         self._api = api
 

@@ -10,10 +10,10 @@ to bind costs nothing while nothing happens, and nothing polls.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from usher.adapters.changes import Changes
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
 from usher.core.types import WriteResult
 
@@ -26,12 +26,12 @@ def claim_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}"
 
 
-class DispatcherVolumeWriter:
+class DispatcherVolumeWriter(Changes):
     """The ``VolumeWriter`` port: PV and PVC updates through the dispatcher, waits on watched changes."""
 
     def __init__(self, dispatcher: Dispatcher) -> None:
+        super().__init__()
         self._dispatcher = dispatcher
-        self._changed: asyncio.Event | None = None
 
     async def update_volume(self, volume: Mapping[str, Any]) -> WriteResult:
         name = str((volume.get("metadata") or {}).get("name"))
@@ -45,19 +45,3 @@ class DispatcherVolumeWriter:
     async def _put(self, call_type: str, path: str, body: Mapping[str, Any]) -> WriteResult:
         result = await self._dispatcher.call(ApiCall.fixed(call_type, None, Request("PUT", path, dict(body))))
         return WriteResult(result.status, result.body)
-
-    def notify(self) -> None:
-        """A storage object changed: wake every waiter."""
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def changed(self, within: float) -> bool:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        event = self._changed
-        try:
-            await asyncio.wait_for(event.wait(), within)
-        except TimeoutError:
-            return False
-        return True

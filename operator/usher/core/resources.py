@@ -11,7 +11,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 CPU = "cpu"
@@ -173,3 +173,39 @@ def format_amount(name: str, amount: int) -> str:
         if amount and amount % factor == 0:
             return f"{amount // factor}{suffix}"
     return str(amount)
+
+
+_NANO = Decimal("1e-9")
+_DECIMAL_EXPONENTS = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_NAMES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def canonical_quantity(amount: Decimal, *, binary: bool = False) -> str:
+    """A quantity's canonical text, as ``resource.Quantity`` writes it (``12Gi``, ``300m``, ``1500``, ``12G``).
+
+    Rounded up to nano units, the finest a quantity has. ``binary`` is the BinarySI format (the value was written
+    with ``Ki``...``Ei``): kept for integers of at least 1024, written in DecimalSI otherwise, as Kubernetes does.
+    """
+    with localcontext() as exact:
+        exact.prec = 80  # quantize must not run out of digits on a 64-bit amount with nine decimals
+        amount = amount.quantize(_NANO, rounding="ROUND_CEILING")
+    if not amount:
+        return "0"
+    sign = "-" if amount < 0 else ""
+    magnitude = abs(amount)
+    if binary and magnitude >= 1024 and magnitude == magnitude.to_integral_value():
+        number, power = int(magnitude), 0
+        while number % 1024 == 0 and power < len(_BINARY_NAMES) - 1:
+            number //= 1024
+            power += 1
+        return f"{sign}{number}{_BINARY_NAMES[power]}"
+    _, digits, exponent = magnitude.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits)))
+    while exponent % 3:
+        mantissa *= 10
+        exponent -= 1
+    if exponent > 18:
+        mantissa *= 10 ** (exponent - 18)
+        exponent = 18
+    return f"{sign}{mantissa}{_DECIMAL_EXPONENTS[exponent]}"

@@ -486,13 +486,6 @@ def big_or_small(name: str = "gpu", big: int = 2) -> dict[str, Any]:
             [["a:d1", "b:d0"]],
             id="backtracking over requests of one claim",
         ),
-        pytest.param(
-            [claim()],
-            [make_slice().node("n1").device("bound", extra={"bindingConditions": ["attached"]}).device("plain").obj()],
-            [],
-            [["plain"]],
-            id="devices with binding conditions are skipped while that feature is off",
-        ),
     ],
 )
 def test_requests(claims: list[dict[str, Any]], slices: list[dict[str, Any]], in_use: list[str], expected: Any) -> None:

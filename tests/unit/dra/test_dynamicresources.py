@@ -10,6 +10,7 @@ import asyncio
 import copy
 import itertools
 import random
+import re
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from usher.core.cycle import schedule
 from usher.core.dra.cel import DeviceInput, SelectorEvaluator
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import DeviceId
+from usher.core.dra.state import DraState
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.cycle_state import CycleState
 from usher.core.framework.runtime import Framework
@@ -209,7 +211,10 @@ def test_a_shared_allocated_claim_pins_the_pod_and_only_gains_a_reservation(hand
     [(kind, written)] = handle.claims.writes
     assert kind == "status"
     assert [r["uid"] for r in written["status"]["reservedFor"]] == ["uid-first", "uid-second"]
-    assert written["status"]["allocation"] == shared["status"]["allocation"], "the allocation is left as it was"
+    allocation = dict(written["status"]["allocation"])
+    # kube-scheduler v1.37 (DRADeviceBindingConditions on) stamps an allocation it reserves that has no stamp yet.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", allocation.pop("allocationTimestamp"))
+    assert allocation == shared["status"]["allocation"], "the allocation is otherwise left as it was"
 
 
 def test_unreserve_frees_in_flight_devices_and_rolls_back_reservations(handle: FakeHandle, cache: Cache) -> None:
@@ -770,3 +775,98 @@ def test_pods_without_first_available_requests_are_not_scored(handle: FakeHandle
     assert schedule(fw, state, info, cache.node_infos(), rng=random.Random(1)).node is not None
     assert "DynamicResources" in state.skip_score_plugins
     assert plugin.pre_score(state, info, cache.node_infos()).code is Code.SKIP  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- consumable capacity (shared devices)
+
+SHARED_GPU = {
+    "name": "gpu0",
+    "allowMultipleAllocations": True,
+    "capacity": {"memory": {"value": "40Gi", "requestPolicy": {"default": "4Gi", "validRange": {"min": "4Gi"}}}},
+}
+
+
+def memory_request(memory: str) -> dict[str, Any]:
+    return {"name": "gpu", "exactly": {"deviceClassName": CLASS, "capacity": {"requests": {"memory": memory}}}}
+
+
+def share_of(claim: str, memory: str, share: str = "0b6e4c1e-5a36-4c0e-9d52-3f1c1a0c0001") -> dict[str, Any]:
+    """A claim allocated a share of n1's GPU (by anyone), taking ``memory``."""
+    result = {
+        "request": "gpu",
+        "driver": DRIVER,
+        "pool": "n1",
+        "device": "gpu0",
+        "shareID": share,
+        "consumedCapacity": {"memory": memory},
+    }
+    return make_claim().name(claim).raw_request(memory_request(memory)).allocated(result).obj()
+
+
+@pytest.fixture
+def shared_gpu(handle: FakeHandle) -> FakeHandle:
+    """n1 has one GPU of 40Gi that claims share; n2 has none."""
+    handle.dra.on_slice(
+        False, make_slice().name("n1-s").driver(DRIVER).pool("n1").node("n1").raw_device(SHARED_GPU).obj()
+    )
+    handle.dra.on_slice(False, make_slice().name("n2-s").driver(DRIVER).pool("n2").node("n2").obj())
+    return handle
+
+
+def test_shares_in_flight_hold_their_capacity_for_the_next_pod_until_unreserve(
+    shared_gpu: FakeHandle, cache: Cache
+) -> None:
+    """Two pods take 16Gi each of the 40Gi GPU before anything is written; the third, asking 16Gi, does not fit
+    beside them until one is unreserved."""
+    fw = only_dra(shared_gpu)
+    dra = shared_gpu.dra
+    reserved = []
+    for name in ("one", "two", "three"):
+        dra.on_claim(False, make_claim().name(name).uid(f"cu-{name}").raw_request(memory_request("16Gi")).obj())
+        reserved.append(cycle(fw, cache, claim_pod(name, claim=name)))
+    assert [node for _, _, node, _ in reserved] == ["n1", "n1", None]
+    assert reserved[2][3].node_statuses["n1"].message == "cannot allocate all claims"
+    assert dra.in_use() == {}, "a share does not take its device whole"
+    assert dra.shared_use() == {DeviceId(DRIVER, "n1", "gpu0"): {"memory": 32 * 2**30}}
+    results = [in_flight.allocation.results[0] for in_flight in dra.in_flight.values()]
+    assert [r["consumedCapacity"] for r in results] == [{"memory": "16Gi"}, {"memory": "16Gi"}]
+    assert results[0]["shareID"] != results[1]["shareID"]
+    state, pod, node, _ = reserved[0]
+    assert node is not None
+    fw.run_unreserve(state, pod, node)
+    assert dra.shared_use() == {DeviceId(DRIVER, "n1", "gpu0"): {"memory": 16 * 2**30}}
+    assert cycle(fw, cache, claim_pod("three", claim="three"))[2] == "n1"
+
+
+def test_shares_other_schedulers_wrote_count_and_their_deallocation_frees_the_capacity(
+    shared_gpu: FakeHandle, cache: Cache
+) -> None:
+    fw = only_dra(shared_gpu)
+    dra = shared_gpu.dra
+    dra.on_claim(False, share_of("theirs", "32Gi"))
+    dra.on_claim(False, make_claim().name("mine").raw_request(memory_request("10Gi")).obj())
+    _, _, node, result = cycle(fw, cache, claim_pod("p", claim="mine"))
+    assert node is None, "10Gi does not fit beside 32Gi in 40Gi"
+    assert result.node_statuses["n1"].message == "cannot allocate all claims"
+    dra.on_claim(True, share_of("theirs", "32Gi"))
+    assert dra.shared_use() == {}
+    assert cycle(fw, cache, claim_pod("p", claim="mine"))[2] == "n1"
+
+
+def test_without_the_gate_a_share_takes_its_device_whole_and_asking_for_capacity_is_an_error(cache: Cache) -> None:
+    """DRAConsumableCapacity off, as kube-scheduler: shares count as dedicated devices, devices are not shared,
+    and a request with capacity fails with kube's error."""
+    handle = FakeHandle(dra=DraState(consumable=False, fractional=False))
+    handle.dra.on_class(False, make_class().name(CLASS).selector(f'device.driver == "{DRIVER}"').obj())
+    shared_gpu_of = make_slice().name("n1-s").driver(DRIVER).pool("n1").node("n1").raw_device(SHARED_GPU).obj()
+    handle.dra.on_slice(False, shared_gpu_of)
+    handle.dra.on_claim(False, share_of("theirs", "4Gi"))
+    assert set(handle.dra.in_use()) == {DeviceId(DRIVER, "n1", "gpu0")}
+    assert handle.dra.shared_use() == {}
+    fw = only_dra(handle)
+    handle.dra.on_claim(False, make_claim().name("plain").request("gpu", CLASS).obj())
+    assert cycle(fw, cache, claim_pod("p", claim="plain"))[2] is None, "the GPU is taken whole"
+    handle.dra.on_claim(False, make_claim().name("asking").raw_request(memory_request("4Gi")).obj())
+    _, _, node, result = cycle(fw, cache, claim_pod("q", claim="asking"))
+    assert node is None
+    assert "has capacity requests, but the DRAConsumableCapacity feature is disabled" in str(result.status.message)

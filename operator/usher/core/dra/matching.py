@@ -44,7 +44,12 @@ class _DeviceEntry:
     def __init__(self, device: Device, driver: str) -> None:
         self.device = device
         self.driver = driver
-        self.input = DeviceInput(driver=driver, attributes=device.attributes, capacity=device.capacity)
+        self.input = DeviceInput(
+            driver=driver,
+            attributes=device.attributes,
+            capacity=device.capacity,
+            allow_multiple_allocations=device.allow_multiple,
+        )
         self.results: dict[str, bool] = {}
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, NamedTuple, TypeAlias
 
+from usher.core.dra.consumable import Amount, CapacityPolicy, DeviceCapacity
 from usher.core.resources import QuantityError, parse_quantity
 
 EXACT_COUNT = "ExactCount"
@@ -134,8 +135,26 @@ class Device:
     taints: tuple[DeviceTaint, ...] = ()
     """``taints`` as the slice publishes them, then (in the inventory usher allocates from) those of every
     DeviceTaintRule that selects the device (:mod:`usher.core.dra.taints`)."""
-    has_binding_conditions: bool = False
-    """Uses DeviceBindingConditions (alpha, off): such devices are never selected."""
+    binding_conditions: tuple[str, ...] = ()
+    """``bindingConditions`` (DRADeviceBindingConditions): condition types in the claim's ``status.devices`` that
+    must all be true before a pod using the device is bound."""
+    binding_failure_conditions: tuple[str, ...] = ()
+    """``bindingFailureConditions``: a true one fails the binding, and the claim is allocated anew."""
+    binds_to_node: bool = False
+    """``bindsToNode``: an allocation of the device is pinned to the node it was made for."""
+    unsupported_attribute: str = ""
+    """The first attribute whose value has no type usher knows: every selector run on the device fails, as CEL
+    fails to convert it in kube ("unsupported attribute value")."""
+    unselectable: bool = False
+    """Never allocated: it needs a feature whose gate is off (binding conditions without DRADeviceBindingConditions);
+    set by :class:`~usher.core.dra.state.DraState`."""
+    allow_multiple: bool = False
+    """``allowMultipleAllocations`` (DRAConsumableCapacity): shared by claims while its capacity lasts."""
+    capacities: tuple[DeviceCapacity, ...] = ()
+    """``capacity`` with each entry's value and ``requestPolicy``, under the slice's names (for consumable capacity)."""
+    capacity_checked: bool = False
+    """Whether a request without capacity requests may be refused by the device's capacity: it is shared, has a
+    request policy or a negative capacity. Otherwise only a request's ``capacity.requests`` need the check."""
     counters: tuple[CounterUse, ...] = ()
     """``consumesCounters``, flattened (DRAPartitionableDevices): allocated only while the pool's counters last."""
     counter_sets: tuple[str, ...] = ()
@@ -196,6 +215,8 @@ class SubRequest:
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
     """``tolerations``: the device taints this request accepts (DRADeviceTaints)."""
+    capacity: Mapping[str, Amount] | None = None
+    """``capacity.requests`` (DRAConsumableCapacity): capacity name -> amount; None without a ``capacity``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +239,15 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """One ``spec.devices.constraints[]`` entry: a ``matchAttribute`` the listed requests' devices share."""
+    """One ``spec.devices.constraints[]`` entry: an attribute the listed requests' devices share (``matchAttribute``)
+    or hold distinct values of (``distinctAttribute``)."""
 
     requests: tuple[str, ...]
     """Request names (``req`` or ``req/sub``) the constraint applies to; empty means all."""
-    match_attribute: str
+    attribute: str
     """A fully-qualified attribute name, ``domain/id``."""
+    distinct: bool = False
+    """A ``distinctAttribute`` (DRAConsumableCapacity): the devices' values of the attribute all differ."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,16 +285,45 @@ class Claim:
         return f"{self.namespace}/{self.name}"
 
 
-def allocated_devices(claim: Claim) -> set[DeviceId]:
-    """The devices a claim's allocation takes: every result except adminAccess ones."""
+Share: TypeAlias = tuple[DeviceId, Mapping[str, Decimal]]
+"""A device an allocation shares with others (a result with a ``shareID``), and what it takes of each capacity."""
+
+
+def _results(claim: Claim) -> list[Mapping[str, Any]]:
     if not claim.allocation:
-        return set()
-    results = (claim.allocation.get("devices") or {}).get("results") or []
+        return []
+    return [r for r in (claim.allocation.get("devices") or {}).get("results") or [] if isinstance(r, Mapping)]
+
+
+def _result_device(result: Mapping[str, Any]) -> DeviceId:
+    return DeviceId(str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
+
+
+def allocated_devices(claim: Claim, *, shares: bool = True) -> set[DeviceId]:
+    """The devices a claim's allocation takes whole: every result except adminAccess ones and, with ``shares``
+    (DRAConsumableCapacity), those with a ``shareID``; without it a share takes its device whole, as in kube."""
     return {
-        DeviceId(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
-        for r in results
-        if not r.get("adminAccess")
+        _result_device(r) for r in _results(claim) if not r.get("adminAccess") and not (shares and r.get("shareID"))
     }
+
+
+def allocated_shares(claim: Claim) -> tuple[Share, ...]:
+    """The devices a claim's allocation shares (results with a ``shareID``, not adminAccess), and what each takes.
+
+    A ``consumedCapacity`` amount the API would not have stored counts as nothing taken."""
+    shares: list[Share] = []
+    for result in _results(claim):
+        if result.get("adminAccess") or not result.get("shareID"):
+            continue
+        consumed: dict[str, Decimal] = {}
+        raw = result.get("consumedCapacity")
+        for name, amount in (raw if isinstance(raw, Mapping) else {}).items():
+            try:
+                consumed[str(name)] = _amount(amount, "consumedCapacity").value
+            except ModelError:
+                continue
+        shares.append((_result_device(result), consumed))
+    return tuple(shares)
 
 
 # ---------------------------------------------------------------- parsing helpers
@@ -308,6 +361,16 @@ def _integer(value: Any, field: str, *, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ModelError(f"{field}: must be an integer, got {value!r}")
     return value
+
+
+def _boolean(value: Any, field: str) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise ModelError(f"{field}: must be a boolean, got {value!r}")
+    return bool(value)
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    return tuple(_string(v, f"{field}[{i}]") for i, v in enumerate(_list(value, field)))
 
 
 def _split_name(name: str, driver: str) -> tuple[str, str]:
@@ -363,9 +426,12 @@ def _toleration(raw: Any, field: str) -> DeviceToleration:
 # ---------------------------------------------------------------- slices
 
 
-def _attribute(raw: Any, field: str) -> AttributeValue:
+def _attribute(raw: Any, field: str) -> AttributeValue | None:
+    """The attribute's value; None for one of no type usher knows (a newer API's), which no selector may read."""
     value = _mapping(raw, field)
     present = [k for k in ("int", "bool", "string", "version") if value.get(k) is not None]
+    if not present:
+        return None
     if len(present) != 1:
         raise ModelError(f"{field}: must set exactly one of int, bool, string, version, got {sorted(value)}")
     kind = present[0]
@@ -385,9 +451,13 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
     name = _string(spec.get("name"), f"{field}.name")
     attributes: dict[str, dict[str, AttributeValue]] = {}
     qualified: set[tuple[str, str]] = set()
+    unsupported = ""
     for key, value in _mapping(spec.get("attributes"), f"{field}.attributes").items():
         domain, ident = _split_name(key, driver)
         parsed = _attribute(value, f'{field}.attributes["{key}"]')
+        if parsed is None:
+            unsupported = unsupported or str(key)
+            continue
         # The fully-qualified spelling wins over the bare id, as the allocator looks it up first.
         if "/" in key:
             qualified.add((domain, ident))
@@ -395,12 +465,23 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
             continue
         attributes.setdefault(domain, {})[ident] = parsed
     capacity: dict[str, dict[str, str]] = {}
+    capacities: list[DeviceCapacity] = []
     for key, value in _mapping(spec.get("capacity"), f"{field}.capacity").items():
-        amount = _mapping(value, f'{field}.capacity["{key}"]').get("value")
+        entry_field = f'{field}.capacity["{key}"]'
+        entry = _mapping(value, entry_field)
+        amount = entry.get("value")
         if isinstance(amount, bool) or not isinstance(amount, str | int | float):
-            raise ModelError(f'{field}.capacity["{key}"].value: must be a quantity, got {amount!r}')
+            raise ModelError(f"{entry_field}.value: must be a quantity, got {amount!r}")
         domain, ident = _split_name(key, driver)
         capacity.setdefault(domain, {})[ident] = str(amount)
+        capacities.append(
+            DeviceCapacity(
+                str(key),
+                _amount(amount, f"{entry_field}.value"),
+                _policy(entry.get("requestPolicy"), f"{entry_field}.requestPolicy"),
+            )
+        )
+    allow_multiple = _boolean(spec.get("allowMultipleAllocations"), f"{field}.allowMultipleAllocations")
     node_name, node_selector, all_nodes, _ = _node_access(spec, field) if per_device else (None, None, False, False)
     counters: list[CounterUse] = []
     counter_sets: list[str] = []
@@ -422,7 +503,13 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         node_name=node_name,
         node_selector=node_selector,
         all_nodes=all_nodes,
-        has_binding_conditions=bool(spec.get("bindingConditions")),
+        binding_conditions=_names(spec.get("bindingConditions"), f"{field}.bindingConditions"),
+        binding_failure_conditions=_names(spec.get("bindingFailureConditions"), f"{field}.bindingFailureConditions"),
+        binds_to_node=_boolean(spec.get("bindsToNode"), f"{field}.bindsToNode"),
+        allow_multiple=bool(allow_multiple),
+        unsupported_attribute=unsupported,
+        capacities=tuple(capacities),
+        capacity_checked=bool(allow_multiple) or any(c.policy is not None or c.value.value < 0 for c in capacities),
         counters=tuple(counters),
         counter_sets=tuple(counter_sets),
         consumes_counters=bool(counter_sets),
@@ -430,6 +517,51 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
 
 
 _NANO = Decimal(10) ** 9
+_BINARY_UNITS = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def _amount(raw: Any, field: str) -> Amount:
+    """A quantity, exactly, and whether it was written in binary units (results write it back that way)."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ModelError(f"{field}: must be a quantity, got {raw!r}")
+    try:
+        value = parse_quantity(raw)
+    except QuantityError as exc:
+        raise ModelError(f"{field}: {exc}") from exc
+    if not value.is_finite():
+        raise ModelError(f"{field}: invalid quantity {raw!r}")
+    return Amount(value, isinstance(raw, str) and raw.strip().endswith(_BINARY_UNITS))
+
+
+def _policy(raw: Any, field: str) -> CapacityPolicy | None:
+    """A capacity's ``requestPolicy``, or None."""
+    if raw is None:
+        return None
+    spec = _mapping(raw, field)
+    default = None if spec.get("default") is None else _amount(spec["default"], f"{field}.default")
+    valid_values = None
+    if spec.get("validValues") is not None:
+        valid_values = tuple(
+            _amount(v, f"{field}.validValues[{i}]")
+            for i, v in enumerate(_list(spec["validValues"], f"{field}.validValues"))
+        )
+    if spec.get("validRange") is None:
+        return CapacityPolicy(default=default, valid_values=valid_values)
+    bounds = _mapping(spec["validRange"], f"{field}.validRange")
+    minimum, maximum, step = (
+        None if bounds.get(name) is None else _amount(bounds[name], f"{field}.validRange.{name}")
+        for name in ("min", "max", "step")
+    )
+    if minimum is None:
+        raise ModelError(f"{field}.validRange.min: required")
+    return CapacityPolicy(
+        default=default,
+        valid_values=valid_values,
+        valid_min=minimum,
+        valid_max=maximum,
+        valid_step=step,
+        has_range=True,
+    )
 
 
 def _counters(raw: Any, field: str) -> dict[str, int]:
@@ -546,6 +678,12 @@ def _sub_request(raw: Mapping[str, Any], field: str, name: str, *, admin: bool) 
     admin_access = raw.get("adminAccess") if admin else None
     if admin_access is not None and not isinstance(admin_access, bool):
         raise ModelError(f"{field}.adminAccess: must be a boolean, got {admin_access!r}")
+    capacity = None
+    if raw.get("capacity") is not None:
+        wanted = _mapping(_mapping(raw["capacity"], f"{field}.capacity").get("requests"), f"{field}.capacity.requests")
+        capacity = {
+            str(name): _amount(amount, f"{field}.capacity.requests[{name!r}]") for name, amount in wanted.items()
+        }
     return SubRequest(
         name=name,
         class_name=_string(raw.get("deviceClassName"), f"{field}.deviceClassName"),
@@ -557,6 +695,7 @@ def _sub_request(raw: Mapping[str, Any], field: str, name: str, *, admin: bool) 
             _toleration(t, f"{field}.tolerations[{i}]")
             for i, t in enumerate(_list(raw.get("tolerations"), f"{field}.tolerations"))
         ),
+        capacity=capacity,
     )
 
 
@@ -582,12 +721,13 @@ def _constraint(raw: Any, field: str) -> Constraint:
     requests = tuple(
         _string(r, f"{field}.requests[{i}]") for i, r in enumerate(_list(entry.get("requests"), f"{field}.requests"))
     )
-    if entry.get("matchAttribute") is None:
-        raise ModelError(f"{field}.matchAttribute: required (no other constraint is supported)")
-    attribute = _string(entry.get("matchAttribute"), f"{field}.matchAttribute")
+    kind = "matchAttribute" if entry.get("matchAttribute") is not None else "distinctAttribute"
+    if entry.get(kind) is None:
+        raise ModelError(f"{field}: empty constraint (want matchAttribute or distinctAttribute)")
+    attribute = _string(entry.get(kind), f"{field}.{kind}")
     if "/" not in attribute:
-        raise ModelError(f"{field}.matchAttribute: must be a fully-qualified name (domain/id), got {attribute!r}")
-    return Constraint(requests, attribute)
+        raise ModelError(f"{field}.{kind}: must be a fully-qualified name (domain/id), got {attribute!r}")
+    return Constraint(requests, attribute, distinct=kind == "distinctAttribute")
 
 
 def parse_claim(raw: Mapping[str, Any]) -> Claim:

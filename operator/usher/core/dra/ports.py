@@ -47,6 +47,11 @@ class ClaimWriter(Protocol):
         """Queue the removal of a pod from ``status.reservedFor`` (rollback); returns at once."""
         ...
 
+    async def changed(self, within: float) -> bool:
+        """Wait until a ResourceClaim changes (True) or ``within`` seconds pass (False): PreBind waits so for the
+        binding conditions of its devices."""
+        ...
+
     def deallocate(
         self, namespace: str, name: str, claim_uid: str, resource_version: str, failed: Callable[[], None]
     ) -> None:

@@ -12,6 +12,10 @@ and a second pod sharing the claim waits for them.
 Devices are taken by every claim's non-adminAccess results, whoever
 allocated it (kube-scheduler included), plus in-flight allocations; the count
 per device is kept incrementally so the in-use set costs nothing per cycle.
+A result with a ``shareID`` (DRAConsumableCapacity) does not take its device
+but a part of its capacity: shares are kept apart, with what they take in total
+per device, so the next allocation gets what is left (across a restart too: the
+claims say it). Without the gate a share takes its device whole, as in kube.
 Every change bumps a version, kept per pool too, so what is derived from the
 in-use devices of a pool can be kept until one of them changes.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from usher.core.dra.allocation import Allocation, Inventory
@@ -31,8 +36,10 @@ from usher.core.dra.model import (
     DeviceClass,
     DeviceId,
     ModelError,
+    Share,
     Slice,
     allocated_devices,
+    allocated_shares,
     parse_claim,
     parse_class,
     parse_slice,
@@ -56,6 +63,8 @@ class InFlight:
     devices: frozenset[DeviceId]
     group: PodGroupKey | None = None
     """The allocating pod's PodGroup: the group's other pods may share the allocation before it is written."""
+    shares: tuple[Share, ...] = ()
+    """The devices the allocation shares with others, and what it takes of each (DRAConsumableCapacity)."""
 
 
 class DraState:
@@ -71,6 +80,9 @@ class DraState:
         partitionable: bool = True,
         device_taints: bool = True,
         taint_rules: bool = True,
+        consumable: bool = True,
+        fractional: bool = True,
+        binding_conditions: bool = True,
     ) -> None:
         self.workload_claims = workload_claims
         """DRAWorkloadResourceClaims: a PodGroup's claims are reserved for the group, not for each pod."""
@@ -80,6 +92,16 @@ class DraState:
         """DRADeviceTaints: a NoSchedule or NoExecute taint keeps a device from requests that do not tolerate it;
         off: taints are dropped as slices are read, so the allocator never sees one."""
         self.taint_rules_enabled = device_taints and taint_rules
+        self.consumable = consumable
+        """DRAConsumableCapacity: devices with ``allowMultipleAllocations`` are shared while their capacity lasts;
+        off: they are allocated whole, and a request asking for capacity is an error."""
+        self.fractional = fractional
+        """DRAFractionalCapacityRange: capacity ranges with fractional bounds round in thousandths."""
+        self.binding_conditions = binding_conditions
+        """DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus): devices with ``bindingConditions`` are
+        allocated and PreBind waits for the conditions; off: such devices are never allocated."""
+        self.claim_listeners: list[Callable[[], None]] = []
+        """Called after every change of a watched claim (a PreBind waiting for binding conditions wakes up)."""
         """DRADeviceTaintRules (needs DRADeviceTaints): DeviceTaintRules add their taint to the devices they
         select."""
         self._watched: dict[str, Claim] = {}
@@ -110,6 +132,10 @@ class DraState:
         self.broken: dict[str, str] = {}
         """Objects the API served that usher cannot parse: key -> why (reported on the pods they block)."""
         self._use: Counter[DeviceId] = Counter()
+        self._shared: dict[DeviceId, Mapping[str, Decimal]] = {}
+        """Devices shares take part of -> what they take in total per capacity (each total a new mapping)."""
+        self._share_counts: Counter[DeviceId] = Counter()
+        self._shared_pools: Counter[tuple[str, str]] = Counter()
         self.use_version = 0
         """Bumped whenever a device may have been taken or freed."""
         self.pool_use_versions: dict[tuple[str, str], int] = {}
@@ -127,7 +153,14 @@ class DraState:
     def on_claim(self, deleted: bool, raw: Mapping[str, Any]) -> tuple[Claim | None, Claim | None]:
         """Apply a watch event; returns (old, new) effective claims for the cluster event ((None, None): no
         event, as for a version usher already assumed or a re-delivery, which kube-scheduler's assume cache
-        drops as not newer)."""
+        drops as not newer). The claim listeners hear of every change."""
+        old, new = self._apply_claim(deleted, raw)
+        if old is not None or new is not None:
+            for listener in self.claim_listeners:
+                listener()
+        return old, new
+
+    def _apply_claim(self, deleted: bool, raw: Mapping[str, Any]) -> tuple[Claim | None, Claim | None]:
         meta = raw.get("metadata") or {}
         key = claim_key(str(meta.get("namespace")), str(meta.get("name")))
         if self._deallocating.get(key, None) not in (None, meta.get("resourceVersion")) or deleted:
@@ -193,7 +226,8 @@ class DraState:
         self.in_flight[key] = entry
         self._sharers[key] = {entry.pod}
         self._use.update(entry.devices)
-        self._changed(entry.devices)
+        self._add_shares(entry.shares, 1)
+        self._changed((*entry.devices, *(device for device, _ in entry.shares)))
 
     def share_in_flight(self, key: str, pod: PodKey) -> bool:
         """Another pod of the allocating pod's group reserves the same in-flight allocation (False: none)."""
@@ -230,7 +264,8 @@ class DraState:
         if entry is not None:
             self._use.subtract(entry.devices)
             self._drop_zeros(entry.devices)
-            self._changed(entry.devices)
+            self._add_shares(entry.shares, -1)
+            self._changed((*entry.devices, *(device for device, _ in entry.shares)))
         return entry
 
     # ------------------------------------------------------------------ slices and classes
@@ -261,6 +296,16 @@ class DraState:
             return
         if not self.device_taints and any(d.taints for d in published.devices):
             published = replace(published, devices=tuple(replace(d, taints=()) for d in published.devices))
+        if not self.binding_conditions and any(d.binding_conditions for d in published.devices):
+            published = replace(
+                published,
+                devices=tuple(replace(d, unselectable=bool(d.binding_conditions)) for d in published.devices),
+            )
+        if not self.consumable and any(d.allow_multiple or d.capacity_checked for d in published.devices):
+            published = replace(
+                published,
+                devices=tuple(replace(d, allow_multiple=False, capacity_checked=False) for d in published.devices),
+            )
         self._published[name] = published
         self.slices[name] = apply_rules(published, self.taint_rules.values())
         self.broken.pop(f"slice/{name}", None)
@@ -317,13 +362,46 @@ class DraState:
         """Devices taken by any claim's allocation (non-adminAccess) or by an in-flight allocation."""
         return self._use
 
+    def shared_use(self) -> Mapping[DeviceId, Mapping[str, Decimal]]:
+        """Devices allocations share (claims' and in-flight), and what they take in total of each capacity.
+
+        Each device's totals are replaced, never changed, so a shallow copy is a snapshot."""
+        return self._shared
+
+    def shared_pools(self) -> Mapping[tuple[str, str], int]:
+        """The (driver, pool) of every shared device -> how many shares its devices have."""
+        return self._shared_pools
+
+    def _add_shares(self, shares: Iterable[Share], sign: int) -> None:
+        for device, consumed in shares:
+            totals = dict(self._shared.get(device, {}))
+            for name, amount in consumed.items():
+                totals[name] = totals.get(name, Decimal(0)) + sign * amount
+            self._share_counts[device] += sign
+            self._shared_pools[(device.driver, device.pool)] += sign
+            if self._share_counts[device] > 0:
+                self._shared[device] = totals
+            else:
+                self._shared.pop(device, None)
+                del self._share_counts[device]
+            if self._shared_pools[(device.driver, device.pool)] <= 0:
+                del self._shared_pools[(device.driver, device.pool)]
+
     def _recount(self, old: Claim | None, new: Claim | None) -> None:
         if old is not None and old.extended_for and self._extended_claims.get(old.extended_for) == old.key:
             del self._extended_claims[old.extended_for]
         if new is not None and new.extended_for:
             self._extended_claims[new.extended_for] = new.key
-        before = allocated_devices(old) if old is not None else set()
-        after = allocated_devices(new) if new is not None else set()
+        shares = self.consumable
+        before = allocated_devices(old, shares=shares) if old is not None else set()
+        after = allocated_devices(new, shares=shares) if new is not None else set()
+        if shares:
+            shared_before = allocated_shares(old) if old is not None else ()
+            shared_after = allocated_shares(new) if new is not None else ()
+            if shared_before != shared_after:
+                self._add_shares(shared_before, -1)
+                self._add_shares(shared_after, 1)
+                self._changed(device for device, _ in (*shared_before, *shared_after))
         if before == after:
             return
         self._use.subtract(before - after)

@@ -7,8 +7,21 @@ nothing from usher.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
+
+
+def go_duration(value: Any) -> float | None:
+    """A Go duration as ``metav1.Duration`` writes it (``15s``, ``1m30s``, ``500ms``) in seconds; None if it is
+    not one."""
+    match = _DURATION.match(value) if isinstance(value, str) and value else None
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 class PluginArgsError(ValueError):

@@ -18,7 +18,7 @@ from usher.core.dra.allocation.judging import AbortError, Evaluate, Judge, Timed
 from usher.core.dra.allocation.planning import ClaimsPlan, Solution
 from usher.core.dra.allocation.pools import Inventory, VisiblePool
 from usher.core.dra.allocation.results import Allocation, ChosenRequest, Pick, build_allocation
-from usher.core.dra.allocation.search import Search
+from usher.core.dra.allocation.search import Search, SharedUse
 from usher.core.dra.model import DeviceId
 from usher.core.selectors import SelectorError
 
@@ -56,14 +56,17 @@ class AllocationOutcome(NamedTuple):
 # ---------------------------------------------------------------- results, built when read
 
 
-def _allocation(solution: Solution) -> Allocation:
+def _allocation(solution: Solution, node_name: str) -> Allocation:
     plan, selected, results = solution
     chosen: list[ChosenRequest] = []
     for index, alternatives in enumerate(plan.requests):
         request = alternatives[selected[index] if plan.has_subs[index] else 0]
         chosen.append(ChosenRequest(request.base, request.name, plan.has_subs[index], request.class_))
-    picks = [Pick(request.name, request.admin, candidate, request.tolerations) for request, candidate in results]
-    return build_allocation(plan.claim, chosen, picks)
+    picks = [
+        Pick(request.name, request.admin, candidate, request.tolerations, consumed)
+        for request, candidate, consumed in results
+    ]
+    return build_allocation(plan.claim, chosen, picks, node_name)
 
 
 class _Allocations(Mapping[str, Allocation]):
@@ -73,15 +76,16 @@ class _Allocations(Mapping[str, Allocation]):
     building ``status.allocation`` (dicts, configs, node selectors) for the others is waste.
     """
 
-    __slots__ = ("_built", "_solutions")
+    __slots__ = ("_built", "_node_name", "_solutions")
 
-    def __init__(self, solutions: list[Solution]) -> None:
+    def __init__(self, solutions: list[Solution], node_name: str) -> None:
         self._solutions = solutions
+        self._node_name = node_name
         self._built: dict[str, Allocation] | None = None
 
     def _allocations(self) -> dict[str, Allocation]:
         if self._built is None:
-            self._built = {s[0].claim.uid: _allocation(s) for s in self._solutions}
+            self._built = {s[0].claim.uid: _allocation(s, self._node_name) for s in self._solutions}
         return self._built
 
     def __getitem__(self, uid: str) -> Allocation:
@@ -117,16 +121,26 @@ def _no_solution(pools: Sequence[VisiblePool]) -> AllocationOutcome:
     return _NO_SOLUTION
 
 
-def _counted(pools: Sequence[VisiblePool]) -> bool:
-    """Whether a pool's devices consume shared counters: only the search counts them, so no shortcut applies."""
-    for visible in pools:  # noqa: SIM110 - per node in Filter; a loop over one or two pools beats any(genexpr)
-        if visible.pool.counted:
+def _searched_only(pools: Sequence[VisiblePool], shared_pools: Container[tuple[str, str]]) -> bool:
+    """Whether a pool's devices consume shared counters, or have capacity to check, or are shared: only the search
+    counts and checks them, so no shortcut applies."""
+    for visible in pools:
+        pool = visible.pool
+        if pool.counted or pool.capacity_checked or pool.key in shared_pools:
             return True
     return False
 
 
+_NO_SHARES: SharedUse = {}
+
+
 def remembered_outcome(
-    plan: ClaimsPlan, pools: Sequence[VisiblePool], use_versions: Mapping[tuple[str, str], int]
+    plan: ClaimsPlan,
+    pools: Sequence[VisiblePool],
+    use_versions: Mapping[tuple[str, str], int],
+    shared_pools: Container[tuple[str, str]] = (),
+    *,
+    node_name: str,
 ) -> AllocationOutcome | None:
     """What :func:`allocate` with ``use_versions`` answers on a node that sees ``pools``, if memory alone tells.
 
@@ -135,14 +149,14 @@ def remembered_outcome(
     selector runs, no clock is read, no error can occur. None says nothing: allocate. Pure,
     apart from noting which pools must be walked next.
     """
-    if not plan.plain or _counted(pools):
+    if not plan.plain or _searched_only(pools, shared_pools):
         return None
     descent = descend_remembered(plan, pools, (), use_versions, None, None, time.monotonic)
     if descent is False:
         return _no_solution(pools)
     if descent is None or descent is True:
         return None
-    return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
+    return _new_tuple(AllocationOutcome, (True, _Allocations(descent, node_name), "", None))
 
 
 def allocate(
@@ -158,11 +172,15 @@ def allocate(
     pools: Sequence[VisiblePool] | None = None,
     use_versions: Mapping[tuple[str, str], int] | None = None,
     timeout: float | None = None,
+    shared: SharedUse = _NO_SHARES,
+    shared_pools: Container[tuple[str, str]] = (),
 ) -> AllocationOutcome:
     """Allocate devices for all of one pod's unallocated claims (see :func:`plan_claims`) together, on one node.
 
     ``in_use`` holds the devices other claims hold (allocated or in flight, adminAccess results
-    excluded); ``deadline`` is a time on ``now``'s clock; ``pools``, if the caller has them, are
+    and shares excluded); ``shared`` the devices other claims share (results with a ``shareID``)
+    and what they take of each, ``shared_pools`` the (driver, pool) of each; ``deadline`` is a
+    time on ``now``'s clock; ``pools``, if the caller has them, are
     ``inventory.visible_pools(node_name, node_labels)``.
     With ``use_versions`` ((driver, pool) -> version of its in-use devices' last change, 0 if
     none; ``in_use`` must be the devices in use at those versions), plain plans start from what
@@ -177,11 +195,11 @@ def allocate(
             pools = inventory.visible_pools(node_name, node_labels)
         if timeout is not None and deadline is None:
             if use_versions is not None:
-                recalled = remembered_outcome(plan, pools, use_versions)
+                recalled = remembered_outcome(plan, pools, use_versions, shared_pools, node_name=node_name)
                 if recalled is not None:
                     return recalled
             deadline = now() + timeout  # work ahead: a walk or the search
-        if plan.plain and not _counted(pools):
+        if plan.plain and not _searched_only(pools, shared_pools):
             descent = None
             if use_versions is not None:
                 descent = descend_remembered(plan, pools, in_use, use_versions, evaluate, deadline, now)
@@ -190,8 +208,8 @@ def allocate(
             if descent is False:
                 return _no_solution(pools)
             if descent is not True:
-                return _new_tuple(AllocationOutcome, (True, _Allocations(descent), "", None))
-        search = Search(plan, pools, in_use, Judge(evaluate, plan.memo, deadline, now))
+                return _new_tuple(AllocationOutcome, (True, _Allocations(descent, node_name), "", None))
+        search = Search(plan, pools, in_use, Judge(evaluate, plan.memo, deadline, now), shared)
         found = search.run()
     except TimedOutError:
         return _NO_TIME
@@ -204,5 +222,5 @@ def allocate(
         return _no_solution(pools)
     return AllocationOutcome(
         ok=True,
-        allocations=_Allocations([(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims]),
+        allocations=_Allocations([(c.plan, tuple(c.selected), tuple(c.results)) for c in search.claims], node_name),
     )

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Mapping, Sequence
 
 from usher.core.dra.allocation.judging import Evaluate, Judge, TimedOutError
-from usher.core.dra.allocation.planning import MAX_COUNTS, ClaimPlan, ClaimsPlan, FirstFree, PlannedRequest, Solution
+from usher.core.dra.allocation.planning import (
+    MAX_COUNTS,
+    ClaimPlan,
+    ClaimsPlan,
+    FirstFree,
+    PlannedRequest,
+    Result,
+    Solution,
+)
 from usher.core.dra.allocation.pools import Candidate, VisiblePool
 from usher.core.dra.model import DeviceId
 
@@ -41,7 +49,7 @@ def descend(
     solutions: list[Solution] = []
     judge: Judge | None = None  # only once a selector must run
     for claim in plan.claims:
-        results: list[tuple[PlannedRequest, Candidate]] = []
+        results: list[Result] = []
         for request in claim.slots:
             if deadline is not None and now() > deadline:
                 raise TimedOutError
@@ -66,7 +74,7 @@ def descend(
             else:
                 return bool(picked)
             picked.add(found)
-            results.append((request, found))
+            results.append((request, found, None))
         solutions.append((claim, claim.unselected, tuple(results)))
     return solutions
 
@@ -96,7 +104,7 @@ def descend_remembered(
     picked: tuple[Candidate, ...] = ()
     solutions: list[Solution] = []
     for claim in plan.claims:
-        results: tuple[tuple[PlannedRequest, Candidate], ...] = ()
+        results: tuple[Result, ...] = ()
         for request in claim.slots:
             if deadline is not None and now() > deadline:
                 raise TimedOutError
@@ -131,7 +139,7 @@ def descend_remembered(
             else:
                 return bool(picked)
             picked += (found,)
-            results += ((request, found),)
+            results += ((request, found, None),)
         solutions.append((claim, claim.unselected, results))
     return solutions
 
@@ -171,6 +179,7 @@ def surely_unsatisfiable(
     pools: Sequence[VisiblePool],
     in_use: Container[DeviceId],
     use_versions: Mapping[tuple[str, str], int],
+    shared_pools: Container[tuple[str, str]] = (),
 ) -> bool:
     """Whether :func:`allocate` would find no solution on a node that sees ``pools``, meeting no error on the way.
 
@@ -186,8 +195,9 @@ def surely_unsatisfiable(
     if not plan.checkable:
         return False
     for visible in pools:
-        if visible.invalid or visible.pool.counted:
-            return False  # the outcome names the invalid pools; counters need the search
+        pool = visible.pool
+        if visible.invalid or pool.counted or pool.capacity_checked or pool.key in shared_pools:
+            return False  # the outcome names the invalid pools; counters and capacity need the search
     short = False
     for demand in plan.demands:
         free = 0

@@ -54,7 +54,7 @@ class Judge:
         if cached is not None:
             return cached
         device = candidate.device
-        matches = not device.has_binding_conditions
+        matches = not device.unselectable
         if matches:
             self.check_deadline()
         driver = candidate.id.driver
@@ -64,6 +64,8 @@ class Judge:
                 break
             for i, expression in enumerate(selectors):
                 try:
+                    if device.unsupported_attribute:  # kube's DeviceMatches cannot give the device to CEL
+                        raise ValueError(f"attribute {device.unsupported_attribute}: unsupported attribute value")
                     if not self.evaluate(expression, device, driver):
                         matches = False
                         break

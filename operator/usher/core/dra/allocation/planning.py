@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from usher.core.dra.allocation.pools import Candidate, VisiblePool
+from usher.core.dra.consumable import Consumed
 from usher.core.dra.model import ALL, RESULTS_MAX_SIZE, Claim, Constraint, DeviceClass, DeviceToleration, SubRequest
 
 MemoKey = tuple[tuple[str, ...], tuple[str, ...], tuple[DeviceToleration, ...] | None]
@@ -135,6 +136,7 @@ class PlannedRequest:
         "admin",
         "all_mode",
         "base",
+        "capacity",
         "class_",
         "constraints",
         "count",
@@ -168,13 +170,15 @@ class PlannedRequest:
         self.tolerations = spec.tolerations
         """The device taints the request accepts: :class:`~.judging.Judge` leaves untolerated devices out of an
         ExactCount request's answers, the search refuses them to an All request."""
+        self.capacity = spec.capacity
+        """``capacity.requests`` (DRAConsumableCapacity): checked per device as the search goes, never memoized."""
         self.constraints = tuple(i for i, c in enumerate(constraints) if _constraint_applies(c, base, sub))
         """Indices of the claim constraints that apply to this request."""
         self.memo_key: MemoKey = (class_.selectors, spec.selectors, None if self.all_mode else spec.tolerations)
         self.matches = memo.answers(self.memo_key)
         self.first_free = memo.first_free(self.memo_key)
-        self.plain = not self.all_mode and not self.admin and not self.constraints
-        """ExactCount, no adminAccess, no constraint: any free matching device will do."""
+        self.plain = not self.all_mode and not self.admin and not self.constraints and self.capacity is None
+        """ExactCount, no adminAccess, no constraint, no capacity asked: any free matching device will do."""
 
 
 class ClaimPlan:
@@ -199,13 +203,22 @@ class ClaimPlan:
         "unselected",
     )
 
-    def __init__(self, claim: Claim, classes: Mapping[str, DeviceClass], memo: MatchMemo) -> None:
+    def __init__(
+        self, claim: Claim, classes: Mapping[str, DeviceClass], memo: MatchMemo, *, consumable: bool = True
+    ) -> None:
         self.claim = claim
         self.requests: list[tuple[PlannedRequest, ...]] = []
         self.has_subs: list[bool] = []
         self.partial: tuple[PlannedRequest, ...] = ()
         self.error = ""
         for request in claim.requests:
+            if not consumable and (asking := next((s for s in request.alternatives if s.capacity is not None), None)):
+                what = f"request {request.name}" if request.exactly is not None else f"subrequest {asking.name}"
+                self.error = (
+                    f"claim {claim.key}, {what}: has capacity requests, but the DRAConsumableCapacity feature "
+                    "is disabled"
+                )
+                break
             subs = (
                 [("", request.exactly)]
                 if request.exactly is not None
@@ -246,18 +259,20 @@ class ClaimPlan:
 class ClaimsPlan:
     """All of a pod's unallocated claims, planned once for every node of a scheduling cycle."""
 
-    __slots__ = ("checkable", "claims", "demands", "memo", "plain")
+    __slots__ = ("checkable", "claims", "demands", "fractional", "memo", "plain")
 
-    def __init__(self, claims: tuple[ClaimPlan, ...], memo: MatchMemo) -> None:
+    def __init__(self, claims: tuple[ClaimPlan, ...], memo: MatchMemo, *, fractional: bool = True) -> None:
         self.claims = claims
         self.memo = memo
+        self.fractional = fractional
+        """DRAFractionalCapacityRange: capacity ranges with fractional bounds round in thousandths."""
         self.plain = bool(claims) and all(claim.plain for claim in claims)
         """There are claims, and every one is plain (see :func:`descend`)."""
         requests = [r for claim in claims for alternatives in claim.requests for r in alternatives]
         self.checkable = (
             bool(claims)
             and all(claim.fixed and claim.minimum <= RESULTS_MAX_SIZE for claim in claims)
-            and not any(r.admin for r in requests)
+            and not any(r.admin or r.capacity is not None for r in requests)
         )
         """Whether a node can fail only for want of devices: see :func:`surely_unsatisfiable`."""
         demands: dict[int, Demand] = {}
@@ -285,12 +300,19 @@ class Demand:
 
 
 def plan_claims(
-    claims: Sequence[Claim], classes: Mapping[str, DeviceClass], *, memo: MatchMemo | None = None
+    claims: Sequence[Claim],
+    classes: Mapping[str, DeviceClass],
+    *,
+    memo: MatchMemo | None = None,
+    consumable: bool = True,
+    fractional: bool = True,
 ) -> ClaimsPlan:
     """Plan the claims of one pod for :func:`allocate`; pure, and independent of any node.
 
     With a ``memo``, selector answers found for earlier pods are reused and new ones added;
-    without, the answers are shared by the nodes of this plan only.
+    without, the answers are shared by the nodes of this plan only. ``consumable`` and ``fractional``
+    are the gates DRAConsumableCapacity and DRAFractionalCapacityRange: without the first, a request
+    asking for capacity is an error, as in kube.
     Raises ValueError for a claim already allocated or passed twice (a caller's mistake);
     errors of the claims themselves come out of :func:`allocate`, where kube reports them.
     """
@@ -303,10 +325,16 @@ def plan_claims(
         memo = MatchMemo()
     else:
         memo.make_room()
-    return ClaimsPlan(tuple(ClaimPlan(claim, classes, memo) for claim in claims), memo)
+    return ClaimsPlan(
+        tuple(ClaimPlan(claim, classes, memo, consumable=consumable) for claim in claims), memo, fractional=fractional
+    )
 
 
-Solution = tuple["ClaimPlan", tuple[int, ...], tuple[tuple["PlannedRequest", Candidate], ...]]
+Result = tuple["PlannedRequest", Candidate, Consumed | None]
+"""One device picked: for which request, and, for a share of a device (``allowMultipleAllocations``), what it
+takes of the device's capacities (None: the device is the claim's alone)."""
+
+Solution = tuple["ClaimPlan", tuple[int, ...], tuple[Result, ...]]
 """One claim's solution: its plan, which sub-request each request chose, and the devices in pick order.
 
 A plain tuple: Filter makes one per claim and feasible node, and a tuple is built in C.

@@ -56,7 +56,18 @@ class Candidate:
 class Pool:
     """All slices of one (driver, pool) at its newest generation."""
 
-    __slots__ = ("consumers", "counted", "counter_sets", "driver", "duplicates", "incomplete", "invalid", "key", "name")
+    __slots__ = (
+        "capacity_checked",
+        "consumers",
+        "counted",
+        "counter_sets",
+        "driver",
+        "duplicates",
+        "incomplete",
+        "invalid",
+        "key",
+        "name",
+    )
 
     def __init__(self, driver: str, name: str, *, incomplete: bool) -> None:
         self.driver = driver
@@ -72,6 +83,9 @@ class Pool:
         """Every device of the pool that consumes counters, visible from a node or not, and what it consumes."""
         self.counted = False
         """Some device consumes counters and DRAPartitionableDevices is on: the search must count them."""
+        self.capacity_checked = False
+        """Some device is shared or polices requests for its capacity (DRAConsumableCapacity): only the search
+        checks capacity, so no shortcut applies."""
         self.invalid = ""
         """Why the whole pool must not be allocated from (its counter sets), or ""; never set when incomplete."""
 
@@ -186,6 +200,7 @@ class Inventory:
             for slice_ in current:
                 for device in slice_.devices:
                     pool.duplicates |= device.name in names
+                    pool.capacity_checked |= device.capacity_checked
                     names.add(device.name)
             if partitionable:
                 pool.record_counters(current)

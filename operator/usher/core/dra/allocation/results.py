@@ -4,12 +4,19 @@ As kube-scheduler builds it:
 
 - results in the order the devices were picked, ``adminAccess: true`` only
   where asked, and the request's ``tolerations`` where it has some (DRADeviceTaints);
+  a share of a device (``allowMultipleAllocations``) gets a ``shareID`` and its
+  ``consumedCapacity`` (DRAConsumableCapacity). kube draws the share ID at random;
+  here it is a UUID derived from the claim's UID, the result's position and the
+  device, so the core stays pure and a claim's shares never collide;
 - configs: each class's ``spec.config`` once (FromClass), naming every request
   that used the class, then the claim's configs (FromClaim) that name no
   request, the request, or the chosen ``req/sub``; a config naming every
   request of the claim drops its list, which the API reads as "all";
+- a device's ``bindingConditions`` and ``bindingFailureConditions`` are copied
+  into its result (DRADeviceBindingConditions): PreBind waits for them;
 - the node selector: a device from a node-local slice (or with its own
-  ``nodeName``) pins the claim to that node by ``metadata.name``; otherwise
+  ``nodeName``), or one that ``bindsToNode``, pins the claim to the node it was
+  allocated on by ``metadata.name``; otherwise
   the requirements of the devices' node selectors merge into one term; devices
   reachable from every node add nothing, and none at all means no selector.
 """
@@ -17,12 +24,17 @@ As kube-scheduler builds it:
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from usher.core.dra.allocation.pools import Candidate
-from usher.core.dra.model import Claim, DeviceClass, DeviceId, DeviceToleration
+from usher.core.dra.consumable import Consumed, to_api
+from usher.core.dra.model import Claim, DeviceClass, DeviceId, DeviceToleration, Share
+
+_SHARE_IDS = uuid.UUID("6f1c2a63-4c0b-4d5e-9a55-2f0d8e7b9c41")
+"""The namespace of usher's share IDs (UUID version 5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +47,8 @@ class Allocation:
     """``{source, requests?, opaque}``: FromClass entries first, then FromClaim; no ``requests`` means all."""
     node_selector: Mapping[str, Any] | None
     """Where the devices are reachable; None when from everywhere."""
+    shares: tuple[Share, ...] = ()
+    """The results that share a device (with a ``shareID``), and what each takes."""
 
     def status_allocation(self) -> dict[str, Any]:
         """The ``status.allocation`` object to write (a fresh copy)."""
@@ -47,9 +61,11 @@ class Allocation:
         return allocation
 
     def devices(self) -> frozenset[DeviceId]:
-        """The devices this allocation takes from others (adminAccess results take none)."""
+        """The devices this allocation takes from others (adminAccess results and shares take none whole)."""
         return frozenset(
-            DeviceId(r["driver"], r["pool"], r["device"]) for r in self.results if not r.get("adminAccess")
+            DeviceId(r["driver"], r["pool"], r["device"])
+            for r in self.results
+            if not r.get("adminAccess") and "shareID" not in r
         )
 
 
@@ -72,11 +88,16 @@ class Pick:
     candidate: Candidate
     tolerations: tuple[DeviceToleration, ...] = ()
     """The request's tolerations, which the result records (as kube's allocator writes them)."""
+    consumed: Consumed | None = None
+    """For a share of a device: what it takes of each capacity (None: the device is the claim's)."""
 
 
-def build_allocation(claim: Claim, chosen: Sequence[ChosenRequest], picks: Sequence[Pick]) -> Allocation:
+def build_allocation(
+    claim: Claim, chosen: Sequence[ChosenRequest], picks: Sequence[Pick], node_name: str
+) -> Allocation:
     results: list[dict[str, Any]] = []
-    for pick in picks:
+    shares: list[Share] = []
+    for index, pick in enumerate(picks):
         device = pick.candidate.id
         result: dict[str, Any] = {
             "request": pick.request,
@@ -88,8 +109,18 @@ def build_allocation(claim: Claim, chosen: Sequence[ChosenRequest], picks: Seque
             result["adminAccess"] = True
         if pick.tolerations:
             result["tolerations"] = [t.to_api() for t in pick.tolerations]
+        chosen_device = pick.candidate.device
+        if chosen_device.binding_conditions:
+            result["bindingConditions"] = list(chosen_device.binding_conditions)
+            if chosen_device.binding_failure_conditions:
+                result["bindingFailureConditions"] = list(chosen_device.binding_failure_conditions)
+        if pick.consumed is not None:
+            result["shareID"] = str(uuid.uuid5(_SHARE_IDS, f"{claim.uid}/{index}/{device}"))
+            if pick.consumed:
+                result["consumedCapacity"] = to_api(pick.consumed)
+            shares.append((device, {name: amount.value for name, amount in pick.consumed.items()}))
         results.append(result)
-    return Allocation(tuple(results), _configs(claim, chosen), _node_selector(picks))
+    return Allocation(tuple(results), _configs(claim, chosen), _node_selector(picks, node_name), tuple(shares))
 
 
 def _names(requests: Sequence[str], request: ChosenRequest) -> bool:
@@ -122,14 +153,14 @@ def _configs(claim: Claim, chosen: Sequence[ChosenRequest]) -> tuple[dict[str, A
     return tuple(configs)
 
 
-def _node_selector(picks: Sequence[Pick]) -> dict[str, Any] | None:
+def _node_selector(picks: Sequence[Pick], node_name: str) -> dict[str, Any] | None:
     fields: list[Mapping[str, Any]] = []
     expressions: list[Mapping[str, Any]] = []
     for pick in picks:
         slice_ = pick.candidate.slice
         owner = pick.candidate.device if slice_.per_device else slice_
-        if owner.node_name is not None:
-            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [owner.node_name]}]}
+        if owner.node_name is not None or pick.candidate.device.binds_to_node:
+            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
             return {"nodeSelectorTerms": [term]}
         if owner.node_selector is not None:
             only_term = owner.node_selector["nodeSelectorTerms"][0]

@@ -11,14 +11,20 @@ mostly never get here: :mod:`.descent` finds their first solution without frames
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Sequence
+from collections import Counter
+from collections.abc import Container, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 from usher.core.dra.allocation.judging import AbortError, Judge
-from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest
+from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest, Result
 from usher.core.dra.allocation.pools import Candidate, Pool, VisiblePool
-from usher.core.dra.model import RESULTS_MAX_SIZE, Constraint, Device, DeviceId
+from usher.core.dra.consumable import CapacityError, Consumed, fits
+from usher.core.dra.model import RESULTS_MAX_SIZE, AttributeValue, Constraint, Device, DeviceId
 from usher.core.dra.taints import untolerated
+
+SharedUse = Mapping[DeviceId, Mapping[str, Decimal]]
+"""Devices shared by allocations (results with a ``shareID``) -> what those allocations take of each capacity."""
 
 
 class _MatchAttribute:
@@ -27,7 +33,7 @@ class _MatchAttribute:
     __slots__ = ("count", "domain", "ident", "value")
 
     def __init__(self, constraint: Constraint) -> None:
-        self.domain, _, self.ident = constraint.match_attribute.partition("/")
+        self.domain, _, self.ident = constraint.attribute.partition("/")
         self.value: object = None
         self.count = 0
 
@@ -48,6 +54,29 @@ class _MatchAttribute:
         self.count -= 1
 
 
+class _DistinctAttribute:
+    """``distinctAttribute``: the devices of the listed requests all have the attribute, no two the same value."""
+
+    __slots__ = ("domain", "ident", "values")
+
+    def __init__(self, constraint: Constraint) -> None:
+        self.domain, _, self.ident = constraint.attribute.partition("/")
+        self.values: list[AttributeValue] = []
+
+    def add(self, device: Device) -> bool:
+        value = device.attributes.get(self.domain, {}).get(self.ident)
+        if value is None:
+            return False
+        # Values of another type never collide (True is not 1).
+        if any(type(seen) is type(value) and seen == value for seen in self.values):
+            return False
+        self.values.append(value)
+        return True
+
+    def remove(self) -> None:
+        self.values.pop()
+
+
 class _Counters:
     """A pool's shared counters during one node's search: what its devices in use leave, less what the search took.
 
@@ -58,14 +87,14 @@ class _Counters:
 
     __slots__ = ("left", "overdrawn")
 
-    def __init__(self, pool: Pool, in_use: Container[DeviceId]) -> None:
+    def __init__(self, pool: Pool, in_use: Container[DeviceId], shared: SharedUse) -> None:
         self.left: dict[tuple[str, str], int] = {
             (set_name, counter): amount
             for set_name, counters in pool.counter_sets.items()
             for counter, amount in counters.items()
         }
         for device, uses in pool.consumers:
-            if device in in_use:
+            if device in in_use or device in shared:
                 for key, amount in uses:
                     self.left[key] -= amount
         self.overdrawn = any(value < 0 for value in self.left.values())
@@ -96,9 +125,11 @@ class _ClaimSearch:
 
     def __init__(self, plan: ClaimPlan) -> None:
         self.plan = plan
-        self.trackers = [_MatchAttribute(c) for c in plan.claim.constraints] if plan.claim.constraints else []
+        self.trackers: list[_MatchAttribute | _DistinctAttribute] = [
+            _DistinctAttribute(c) if c.distinct else _MatchAttribute(c) for c in plan.claim.constraints
+        ]
         self.selected = [0] * len(plan.requests)
-        self.results: list[tuple[PlannedRequest, Candidate]] = []
+        self.results: list[Result] = []
         self.devices: dict[PlannedRequest, list[Candidate]] = {}
         """For All requests: the devices, collected up front."""
 
@@ -125,6 +156,12 @@ class _Frame:
         """The devices the current alternative took, given back before the next one is tried."""
 
 
+_NO_SHARES: SharedUse = {}
+_ZERO = Decimal(0)
+_NOTHING: Mapping[str, Decimal] = {}
+_WHOLE: Consumed = {}
+"""What a device that needs no capacity check leaves: everything (a dedicated device takes no capacity)."""
+
 _DONE: Final = "done"
 _FAIL: Final = "fail"
 
@@ -142,10 +179,18 @@ class Search:
         pools: Sequence[VisiblePool],
         in_use: Container[DeviceId],
         judge: Judge,
+        shared: SharedUse = _NO_SHARES,
     ) -> None:
         self.pools = pools
         self.in_use = in_use
+        self.shared = shared
+        """Devices other claims share, and what they take (DRAConsumableCapacity)."""
+        self.fractional = plan.fractional
         self.judge = judge
+        self.allocating: dict[DeviceId, dict[str, Decimal]] = {}
+        """What this search's shares take of each shared device, per capacity (kube's allocatingCapacity)."""
+        self.sharing: Counter[DeviceId] = Counter()
+        """How many shares of each device this search took: one already there, its counters are not taken again."""
         self.picked: dict[Candidate, list[int]] = {}
         """Devices picked so far in this search -> the claims (indices) they were picked for.
 
@@ -197,8 +242,37 @@ class Search:
                     f"claim {claim.plan.claim.key}, request {request.name}: asks for all devices, "
                     f"but resource pool {visible.pool} is currently invalid"
                 )
-            devices.extend(c for c in visible.candidates if self.judge.selectable(claim.plan, request, c))
+            for candidate in visible.candidates:
+                if self.judge.selectable(claim.plan, request, candidate) and (
+                    self._fits(claim, request, candidate, static=True) is not None
+                ):
+                    devices.append(candidate)
         return devices
+
+    # ------------------------------------------------------------ consumable capacity
+
+    def _fits(
+        self, claim: _ClaimSearch, request: PlannedRequest, candidate: Candidate, *, static: bool = False
+    ) -> Consumed | None:
+        """What the request takes of the device's capacities if it fits beside what others and this search took
+        (``static``: beside nothing, as an All request collects its devices); None if not. kube checks every
+        device; one with nothing to check (no capacity asked, no policy, not shared) always fits."""
+        device = candidate.device
+        if request.capacity is None and not device.capacity_checked and candidate.id not in self.shared:
+            return _WHOLE
+        try:
+            return fits(
+                request.capacity,
+                device.capacities,
+                allocated=_NOTHING if static else self.shared.get(candidate.id, _NOTHING),
+                allocating=_NOTHING if static else self.allocating.get(candidate.id, _NOTHING),
+                fractional=self.fractional,
+            )
+        except CapacityError as exc:
+            raise AbortError(
+                f"claim {claim.plan.claim.key}, request {request.name}: checking capacity for device {candidate.id}: "
+                f"{exc}"
+            ) from None
 
     # ------------------------------------------------------------ search
 
@@ -342,7 +416,11 @@ class Search:
                 selectable = matches.get(candidate)
                 if selectable is None:
                     selectable = self.judge.selectable(claim.plan, request, candidate)
-                if selectable and (counted or not candidate.device.consumes_counters):
+                if (
+                    selectable
+                    and (counted or not candidate.device.consumes_counters)
+                    and self._fits(claim, request, candidate) is not None
+                ):
                     yield pool_index, index + 1, candidate
 
     def _usable(self, ci: int, request: PlannedRequest, candidate: Candidate) -> bool:
@@ -361,36 +439,74 @@ class Search:
         return candidate.pool.counted or not device.consumes_counters
 
     def _take(self, claim: _ClaimSearch, ci: int, request: PlannedRequest, candidate: Candidate, *, must: bool) -> bool:
-        """Pick a free device for the request if the pool's counters and the claim's constraints allow; undone by
-        :meth:`_give_back`. Counters first, as kube (short of them, even an All request's device just fails)."""
+        """Pick a free device for the request if the pool's counters, the claim's constraints and the device's
+        capacity allow, in kube's order (short of counters or capacity, even an All request's device just fails);
+        undone by :meth:`_give_back`. A shared device's counters are taken by its first share only."""
+        device = candidate.device
+        shared = device.allow_multiple
         counters = None
-        if candidate.device.consumes_counters:
+        if device.consumes_counters and not (shared and self._shared_already(candidate.id)):
             counters = self.counters.get(candidate.pool)
             if counters is None:
-                counters = self.counters[candidate.pool] = _Counters(candidate.pool, self.in_use)
-            if not counters.take(candidate.device):
+                counters = self.counters[candidate.pool] = _Counters(candidate.pool, self.in_use, self.shared)
+            if not counters.take(device):
                 return False
-        if request.constraints:
-            trackers = claim.trackers
-            for n, i in enumerate(request.constraints):
-                if not trackers[i].add(candidate.device):
-                    for added in request.constraints[:n]:
-                        trackers[added].remove()
-                    if counters is not None:
-                        counters.give(candidate.device)
-                    if must:
-                        raise AbortError(
-                            f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
-                            f"{candidate.id} because a claim constraint would not be satisfied"
-                        )
-                    return False
+        added = 0
+        trackers = claim.trackers
+        for i in request.constraints:
+            if not trackers[i].add(device):
+                self._undo(claim, request, candidate, counters, added)
+                if must:
+                    raise AbortError(
+                        f"claim {claim.plan.claim.key}, request {request.name}: cannot add device "
+                        f"{candidate.id} because a claim constraint would not be satisfied"
+                    )
+                return False
+            added += 1
+        consumed = None
+        if shared or request.capacity is not None or device.capacity_checked or candidate.id in self.shared:
+            try:
+                consumed = self._fits(claim, request, candidate)
+            finally:
+                if consumed is None:
+                    self._undo(claim, request, candidate, counters, added)
+            if consumed is None:
+                return False
+        if shared:
+            assert consumed is not None
+            self.sharing[candidate.id] += 1
+            taking = self.allocating.get(candidate.id)
+            if taking is None:
+                taking = self.allocating[candidate.id] = {}
+            for name, amount in consumed.items():
+                taking[name] = taking.get(name, _ZERO) + amount.value
+            claim.results.append((request, candidate, consumed))
+            return True
         picked = self.picked.get(candidate)
         if picked is None:
             self.picked[candidate] = [ci]
         else:
             picked.append(ci)
-        claim.results.append((request, candidate))
+        claim.results.append((request, candidate, None))
         return True
+
+    def _shared_already(self, device: DeviceId) -> bool:
+        """Whether another allocation or this search already shares the device (kube's deviceCapacityInUse)."""
+        return device in self.shared or self.sharing[device] > 0
+
+    def _undo(
+        self,
+        claim: _ClaimSearch,
+        request: PlannedRequest,
+        candidate: Candidate,
+        counters: _Counters | None,
+        constraints: int,
+    ) -> None:
+        """Give back what a refused :meth:`_take` took: its first ``constraints`` constraints, then the counters."""
+        for i in request.constraints[:constraints]:
+            claim.trackers[i].remove()
+        if counters is not None:
+            counters.give(candidate.device)
 
     def _give_back(self, frame: _Frame) -> None:
         """Undo what the frame's current alternative took, newest first."""
@@ -401,10 +517,21 @@ class Search:
             candidate = taken.pop()
             for i in request.constraints:
                 claim.trackers[i].remove()
+            _, _, consumed = claim.results.pop()
+            if consumed is not None:  # a share
+                self.sharing[candidate.id] -= 1
+                taking = self.allocating[candidate.id]
+                for name, amount in consumed.items():
+                    taking[name] -= amount.value
+                if not self.sharing[candidate.id]:
+                    del self.sharing[candidate.id], self.allocating[candidate.id]
+                if candidate.device.consumes_counters and self._shared_already(candidate.id):
+                    continue  # an earlier share holds the counters
             if candidate.device.consumes_counters:
                 self.counters[candidate.pool].give(candidate.device)
+            if consumed is not None:
+                continue
             claims = self.picked[candidate]
             claims.pop()
             if not claims:
                 del self.picked[candidate]
-            claim.results.pop()

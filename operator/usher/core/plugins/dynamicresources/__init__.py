@@ -67,6 +67,8 @@ import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from usher.core.dra.allocation import (
@@ -83,13 +85,22 @@ from usher.core.dra.allocation import (
     remembered_outcome,
     surely_unsatisfiable,
 )
+from usher.core.dra.binding import (
+    BINDING_TIMEOUT,
+    DEFAULT_BINDING_TIMEOUT,
+    binding_failure,
+    binding_timed_out,
+    has_binding_conditions,
+    pending_conditions,
+    ready_for_binding,
+)
 from usher.core.dra.extended import RequestMapping, claim_object, extended_requests, served_resources
 from usher.core.dra.model import FINALIZER, SCHEDULING_GROUP, Claim, DeviceId, parse_claim
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
 from usher.core.events import ActionType, ClusterEvent, Resource
-from usher.core.framework.args import PluginArgsError, reject_unknown_args
+from usher.core.framework.args import PluginArgsError, go_duration, reject_unknown_args
 from usher.core.framework.interface import (
     BatchFilterPlugin,
     FilterPlugin,
@@ -190,6 +201,10 @@ class _CycleData:
     """Devices in use when the cycle began (a copy)."""
     use_version: int
     """The in-use version ``in_use`` was copied at."""
+    shared: Mapping[DeviceId, Mapping[str, Decimal]] = field(default_factory=dict)
+    """Devices shared when the cycle began, and what their shares take (a copy; DRAConsumableCapacity)."""
+    shared_pools: frozenset[tuple[str, str]] = frozenset()
+    """The pools of the devices in ``shared``."""
     outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
     reserved: list[str] = field(default_factory=list)
     """Claims PreBind reserved for the pod (undone by Unreserve)."""
@@ -211,11 +226,14 @@ class _CycleData:
     """The chosen node's (Reserve), until Unreserve."""
     extended_created: Claim | None = None
     """The pod's extended-resource claim once PreBind created it (Unreserve deletes it)."""
+    unready: list[Claim] = field(default_factory=list)
+    """Allocated claims whose devices failed their binding conditions or timed out waiting: on no node."""
 
     def searched(self) -> None:
         """The node is chosen: drop what only the search needed. A pod waits in PreBind for its writes, and
         a thousand pods waiting there each held a copy of the devices in use (5,000 devices: about 0.3 MB)."""
         self.in_use = {}
+        self.shared = {}
         self.outcomes.clear()
         self.extended_plans.clear()
         self.extended_on.clear()
@@ -225,19 +243,41 @@ class _CycleData:
         self.pinned += [(claim, in_flight.allocation.node_selector) for claim, in_flight in self.pending]
 
 
-def parse_args(args: Mapping[str, Any]) -> float:
-    reject_unknown_args(args, {"filterTimeout"})
+@dataclass(frozen=True, slots=True)
+class DynamicResourcesArgs:
+    """DynamicResourcesArgs, as kube-scheduler reads and validates them."""
+
+    filter_timeout: float = DEFAULT_FILTER_TIMEOUT
+    """``filterTimeout``: seconds Filter may spend allocating on one node (0: no limit)."""
+    binding_timeout: float = DEFAULT_BINDING_TIMEOUT
+    """``bindingTimeout``: seconds PreBind waits for binding conditions (at least 1)."""
+
+
+def parse_args(args: Mapping[str, Any], *, binding_conditions: bool = True) -> DynamicResourcesArgs:
+    """``binding_conditions``: DRADeviceBindingConditions and DRAResourceClaimDeviceStatus; without both,
+    ``bindingTimeout`` is refused, as kube-scheduler refuses it."""
+    reject_unknown_args(args, {"filterTimeout", "bindingTimeout"})
+    filter_timeout = DEFAULT_FILTER_TIMEOUT
     raw = args.get("filterTimeout")
-    if raw is None:
-        return DEFAULT_FILTER_TIMEOUT
-    if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
-        return float(raw)
-    if isinstance(raw, str) and raw.endswith("s"):
-        try:
-            return float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw[:-1])
-        except ValueError:
-            pass
-    raise PluginArgsError("filterTimeout", f"must be a duration like '10s' (0 disables the limit), got {raw!r}")
+    if raw is not None:
+        seconds = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else go_duration(raw)
+        if seconds is None or seconds < 0:
+            raise PluginArgsError("filterTimeout", f"must be a duration like '10s' (0 disables the limit), got {raw!r}")
+        filter_timeout = seconds
+    binding_timeout = DEFAULT_BINDING_TIMEOUT
+    raw = args.get("bindingTimeout")
+    if raw is not None:
+        if not binding_conditions:
+            raise PluginArgsError(
+                "bindingTimeout", "DRADeviceBindingConditions or DRAResourceClaimDeviceStatus feature gate is disabled"
+            )
+        seconds = go_duration(raw)
+        if seconds is None:
+            raise PluginArgsError("bindingTimeout", f"must be a duration like '600s', got {raw!r}")
+        if seconds < 1:
+            raise PluginArgsError("bindingTimeout", f"must be at least 1 second, got {raw!r}")
+        binding_timeout = seconds
+    return DynamicResourcesArgs(filter_timeout, binding_timeout)
 
 
 class DynamicResources(DefaultNormalized):
@@ -250,14 +290,19 @@ class DynamicResources(DefaultNormalized):
         handle: DraHandle,
         *,
         filter_timeout: float = DEFAULT_FILTER_TIMEOUT,
+        binding_timeout: float = DEFAULT_BINDING_TIMEOUT,
         now: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
-        """``now``: the clock ``filterTimeout`` is measured on (tests inject one)."""
+        """``now``: the clock ``filterTimeout`` and PreBind's wait are measured on; ``wall``: seconds since the
+        epoch, to compare with a claim's ``allocationTimestamp`` (tests inject both)."""
         self._dra = handle.dra
         self._writer = handle.claims
         self._groups = handle.pod_groups
         self._filter_timeout = filter_timeout
+        self._binding_timeout = binding_timeout
         self._now = now
+        self._wall = wall
         self._inventory: Inventory | None = None
         """The inventory ``_matches`` is about (`DraState.inventory`, shared with scoring)."""
         self._matches = MatchMemo()
@@ -350,12 +395,20 @@ class DynamicResources(DefaultNormalized):
         allocated: list[Claim] = []
         pending: list[tuple[Claim, InFlight]] = []
         unallocated: list[Claim] = []
+        unready: list[Claim] = []
         for _, claim in claims:
             key = claim.key
             if self._dra.deallocating(key):
                 return None, unschedulable(f"resource claim {key} is being deallocated", resolvable=False)
             if claim.allocation is not None:
                 allocated.append(claim)
+                if self._dra.binding_conditions and (
+                    binding_failure(claim)
+                    or (not ready_for_binding(claim) and binding_timed_out(claim, self._binding_timeout, self._wall()))
+                ):
+                    # Its devices failed to bind, or never did in time: no node will do, and PostFilter
+                    # deallocates it so the next attempt gets other devices (kube's unavailableClaims).
+                    unready.append(claim)
                 continue
             in_flight = self._dra.in_flight.get(key)
             if in_flight is not None and not self._dra.holds(key, pod.key):
@@ -387,12 +440,15 @@ class DynamicResources(DefaultNormalized):
                 pending,
                 unallocated,
                 inventory,
-                plan_claims(unallocated, self._dra.classes, memo=self._matches),
+                self._plan(unallocated),
                 # A dict copy keeps the keys' hashes: no device id is hashed again.
                 dict(self._dra.in_use()) if unallocated or extended else {},
                 self._dra.use_version,
+                shared=dict(self._dra.shared_use()) if unallocated or extended else {},
+                shared_pools=frozenset(self._dra.shared_pools()) if unallocated or extended else frozenset(),
                 extended=extended,
                 stale=self._dra.extended_claim(pod.uid) if extended else None,
+                unready=unready,
             ),
         )
         return None, SUCCESS
@@ -410,9 +466,15 @@ class DynamicResources(DefaultNormalized):
         if extended is None:
             requests, mappings = extended_requests(pod.raw, leftover, self._dra.class_of_resource)
             claim = parse_claim(claim_object(pod.raw, requests))
-            plan = plan_claims([*data.unallocated, claim], self._dra.classes, memo=self._matches)
+            plan = self._plan([*data.unallocated, claim])
             extended = data.extended_plans[leftover] = _ExtendedPlan(claim, tuple(mappings), plan)
         return extended.plan, extended
+
+    def _plan(self, claims: Sequence[Claim]) -> ClaimsPlan:
+        dra = self._dra
+        return plan_claims(
+            claims, dra.classes, memo=self._matches, consumable=dra.consumable, fractional=dra.fractional
+        )
 
     def _group_of(self, pod: PodInfo) -> PodGroupKey | None:
         """The pod's PodGroup when gangs are on (its pods may share an allocation in flight), else None."""
@@ -474,13 +536,13 @@ class DynamicResources(DefaultNormalized):
                         pass  # the search reports it
                     else:
                         if plan.plain:
-                            outcome = remembered_outcome(plan, pools, known)
+                            outcome = remembered_outcome(plan, pools, known, data.shared_pools, node_name=node.name)
                             if outcome is not None:
                                 if outcome.ok:
                                     outcomes[node.name] = outcome
                                 results.append(None if outcome.ok else _rejection(outcome, node))
                                 continue
-                        elif surely_unsatisfiable(plan, pools, in_use, known):
+                        elif surely_unsatisfiable(plan, pools, in_use, known, data.shared_pools):
                             results.append(_CANNOT_ALLOCATE)
                             continue
                 rejected = self._allocate_on(data, plan, node, pools, versions)
@@ -496,6 +558,9 @@ class DynamicResources(DefaultNormalized):
 
     def _pinned_elsewhere(self, data: _CycleData, node: NodeInfo) -> Status | None:
         """Why an allocated claim (or one whose allocation is in flight) keeps the pod off the node, or None."""
+        if data.unready:
+            data.unavailable.update(claim.key for claim in data.unready)
+            return unschedulable("resourceclaim not available on the node", resolvable=False)
         for claim, selector in data.pinned:
             try:
                 available = node_selector_matches(selector, node.labels, node.name)
@@ -528,6 +593,8 @@ class DynamicResources(DefaultNormalized):
             now=self._now,
             pools=pools,
             use_versions=use_versions,
+            shared=data.shared,
+            shared_pools=data.shared_pools,
         )
         if outcome.ok:
             data.outcomes[node.name] = outcome
@@ -591,11 +658,16 @@ class DynamicResources(DefaultNormalized):
         group = self._group_of(pod)
         for claim in data.unallocated:
             allocation = outcome.allocations[claim.uid]
-            self._dra.add_in_flight(claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices(), group))
+            self._dra.add_in_flight(
+                claim.key,
+                InFlight(pod.key, claim.uid, allocation, allocation.devices(), group, allocation.shares),
+            )
         if extended is not None:
             claim = extended.claim
             allocation = outcome.allocations[claim.uid]
-            self._dra.add_in_flight(claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices()))
+            self._dra.add_in_flight(
+                claim.key, InFlight(pod.key, claim.uid, allocation, allocation.devices(), shares=allocation.shares)
+            )
             data.extended_chosen = extended
         return SUCCESS
 
@@ -626,13 +698,48 @@ class DynamicResources(DefaultNormalized):
         if data is None:
             return SUCCESS
         data.searched()
-        for _, claim in data.claims:
-            status = await self._reserve_for(pod, claim_key(claim.namespace, claim.name), data)
+        keys = [claim_key(claim.namespace, claim.name) for _, claim in data.claims]
+        for key in keys:
+            status = await self._reserve_for(pod, key, data)
             if not status.ok:
                 return status
         if data.extended_chosen is not None:
-            return await self._bind_extended(pod, data.extended_chosen, data)
-        return SUCCESS
+            status = await self._bind_extended(pod, data.extended_chosen, data)
+            if not status.ok:
+                return status
+            if data.extended_created is not None:
+                keys.append(data.extended_created.key)
+        if not self._dra.binding_conditions:
+            return SUCCESS
+        return await self._wait_for_binding_conditions(keys)
+
+    async def _wait_for_binding_conditions(self, keys: Sequence[str]) -> Status:
+        """Wait until every binding condition of the claims' devices is true in their ``status.devices``, as kube's
+        PreBind does (it polls its claim cache every 5 s; here each claim change wakes the wait). A failure
+        condition or the binding timeout is an error: the pod goes back to the queue, and its next attempt finds
+        the claim unavailable, so PostFilter deallocates it."""
+        claims = [c for c in (self._dra.claim(k) for k in keys) if c is not None]
+        if not any(has_binding_conditions(c) for c in claims):
+            return SUCCESS
+        deadline = self._now() + self._binding_timeout
+        while True:
+            waiting = ""
+            for key in keys:
+                claim = self._dra.claim(key)
+                if claim is None:
+                    return error(f"resourceclaim {key} was deleted while waiting for its binding conditions")
+                failure = binding_failure(claim)
+                if failure:
+                    return error(f"{failure} ({pending_conditions(claim)})")
+                if not ready_for_binding(claim):
+                    if binding_timed_out(claim, self._binding_timeout, self._wall()):
+                        return error(f"{BINDING_TIMEOUT}: claim={claim.name} ({pending_conditions(claim)})")
+                    waiting = waiting or pending_conditions(claim)
+            if not waiting:
+                return SUCCESS
+            left = deadline - self._now()
+            if left <= 0 or not await self._writer.changed(left):
+                return error(f"{BINDING_TIMEOUT}: context deadline exceeded ({waiting})")
 
     async def _bind_extended(self, pod: PodInfo, extended: _ExtendedPlan, data: _CycleData) -> Status:
         """Create the pod's extended-resource claim (with the delete-protection finalizer), write its allocation
@@ -697,6 +804,10 @@ class DynamicResources(DefaultNormalized):
                 return unschedulable(f"resource claim {key} is no longer allocated")
             status = raw.setdefault("status", {})
             status["reservedFor"] = [*(status.get("reservedFor") or []), dict(binding)]
+            allocation = status.get("allocation")
+            if self._dra.binding_conditions and allocation and not allocation.get("allocationTimestamp"):
+                # When the binding timeout starts, for this scheduler and any other (kube's bindClaim sets it).
+                allocation["allocationTimestamp"] = _rfc3339(self._wall())
             written = await self._writer.update_status(raw)
             if written.conflict:
                 current = await self._reread(namespace, name)
@@ -892,6 +1003,10 @@ def _same_allocation(written: Mapping[str, Any], chosen: Allocation) -> bool:
     return results(written) == results(mine) and written.get("nodeSelector") == mine.get("nodeSelector")
 
 
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _deallocated(old: Any, new: Any) -> bool:
     """An allocation went away: cleared, or the allocated claim deleted."""
     was = bool(((old or {}).get("status") or {}).get("allocation"))
@@ -908,7 +1023,8 @@ def _nothing_to_wait_for(old: Any, new: Any) -> bool:
 
 
 def new(args: Mapping[str, Any], handle: Any) -> DynamicResources:
-    return DynamicResources(handle, filter_timeout=parse_args(args))
+    parsed = parse_args(args, binding_conditions=handle.dra.binding_conditions)
+    return DynamicResources(handle, filter_timeout=parsed.filter_timeout, binding_timeout=parsed.binding_timeout)
 
 
 _check_pre_enqueue: type[PreEnqueuePlugin] = DynamicResources
