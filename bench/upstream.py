@@ -99,10 +99,7 @@ RUN_TIMEOUT_SECONDS = 30 * 60
 #: Test cases usher cannot schedule (measured at their smallest sizes: every pod stays pending) or schedules by
 #: other rules than kube-scheduler's, and the feature it lacks. They are not run (a run would only wait for its
 #: timeout, or compare different placements); naming one with ``-u`` runs it.
-USHER_LACKS: dict[str, str] = {
-    "ConsumableCapacity": "distinctAttribute constraints (DRAConsumableCapacity): the claim is refused as "
-    "'matchAttribute: required (no other constraint is supported)'",
-}
+USHER_LACKS: dict[str, str] = {}
 
 # --------------------------------------------------------------------------- what each scheduler gets
 

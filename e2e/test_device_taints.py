@@ -122,6 +122,14 @@ def test_a_gpu_its_driver_tainted_no_schedule_goes_only_to_a_claim_that_tolerate
     )
     assert device_of(driver, namespace, "second") is None
     assert bound(core_api, namespace, "second") is None
+
+    def reason() -> str:
+        conditions = core_api.read_namespaced_pod("second", namespace).status.conditions or []
+        return next((c.message or "" for c in conditions if c.type == "PodScheduled"), "")
+
+    message = wait_for(lambda: "untolerated device taints" in reason() and reason(), 30, "the taint in the reason")
+    assert "cannot allocate all claims" in message, "kube-scheduler's words first"
+    assert f"device {DRIVER}/{node}/gpu-0 has taint example.com/maintenance=firmware:NoSchedule" in message
     toleration = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
     create(core_api, driver, namespace, scheduler, "tolerant", toleration)
     wait_for(lambda: bound(core_api, namespace, "tolerant"), 30, "the tolerating pod bound")

@@ -187,6 +187,8 @@ def build_scheduler(
         consumable=gates.dra_consumable_capacity,
         fractional=gates.dra_fractional_capacity_range,
         binding_conditions=gates.dra_device_binding_conditions and gates.dra_resource_claim_device_status,
+        compatibility_groups=gates.dra_device_compatibility_groups,
+        list_attributes=gates.dra_list_type_attributes,
     )
     volumes = volumes or VolumeState()
     evictions = Evictions()

@@ -138,6 +138,26 @@ class FeatureGates:
         locked=True,
         description="drivers report per-device status (status.devices) in ResourceClaims; binding conditions read it",
     )
+    dra_device_compatibility_groups: bool = _gate(
+        "DRADeviceCompatibilityGroups",
+        default=False,
+        stage="Alpha",
+        description=(
+            "devices that consume one counter set are co-allocated only while their consumesCounters"
+            "[].compatibilityGroups intersect (needs DRAPartitionableDevices); off: slices naming groups are "
+            "left out, which leaves their pool incomplete"
+        ),
+    )
+    dra_list_type_attributes: bool = _gate(
+        "DRAListTypeAttributes",
+        default=False,
+        stage="Alpha",
+        description=(
+            "device attributes may be lists (ints, bools, strings, versions): selectors see CEL lists, "
+            "matchAttribute wants the devices to share an element and distinctAttribute wants them disjoint; "
+            "off: constraints compare scalars only, and a list value agrees with no other device"
+        ),
+    )
     dra_extended_resource: bool = _gate(
         "DRAExtendedResource",
         default=True,
@@ -177,6 +197,7 @@ _DEPENDENCIES = {
     "dra_device_taint_rules": ("dra_device_taints",),
     "dra_fractional_capacity_range": ("dra_consumable_capacity",),
     "dra_device_binding_conditions": ("dra_resource_claim_device_status",),
+    "dra_device_compatibility_groups": ("dra_partitionable_devices",),
 }
 """Gate -> the gates it needs, refused as kube-scheduler refuses them (``pkg/features``' dependencies)."""
 

@@ -9,13 +9,18 @@ the rules' (taints added) are the ones the scheduler runs with.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from tests.builders import make_node, make_pod
+from tests.frameworks import FakeHandle, framework_of
 from tests.unit.dra.builders import DRIVER, make_claim, make_class, make_slice, sub_request
+from usher.core.cache import Cache
+from usher.core.cycle import schedule
 from usher.core.dra.allocation import REASON_CANNOT_ALLOCATE, MatchMemo, allocate, plan_claims
 from usher.core.dra.model import DeviceId, DeviceTaint, DeviceToleration, parse_claim, parse_class
 from usher.core.dra.state import DraState
@@ -27,6 +32,8 @@ from usher.core.dra.taints import (
     tolerates,
     untolerated,
 )
+from usher.core.framework.cycle_state import CycleState
+from usher.core.types import PodInfo
 
 KEY = "taint-key"
 NONE = {"key": KEY, "value": "taint-value", "effect": "None"}
@@ -435,3 +442,24 @@ def test_explain_names_the_devices_a_claim_selects_but_may_not_have_and_their_ta
             "taint": "taint-key=taint-value:NoSchedule",
         }
     ]
+
+
+def test_failed_scheduling_names_the_taint_that_kept_the_pod_off() -> None:
+    """kube-scheduler says only "cannot allocate all claims"; usher's DynamicResources PostFilter adds which
+    device's taint the pod's claims do not tolerate, so FailedScheduling says why."""
+    handle = FakeHandle()
+    handle.dra.on_class(False, make_class().name("gpu").selector(f'device.driver == "{DRIVER}"').obj())
+    handle.dra.on_slice(False, node_slice(tainted("gpu-0", NO_SCHEDULE)))
+    handle.dra.on_claim(False, make_claim().name("c").uid("cu").raw_request(exact()).obj())
+    fw = framework_of("PrioritySort", "DynamicResources", "DefaultBinder", handle=handle)
+    pod = make_pod().name("p").uid("uid-p").obj()
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c"}]
+    info, state, cache = PodInfo.from_api(pod), CycleState(), Cache()
+    cache.add_or_update_node(make_node().name("n1").obj())
+    result = schedule(fw, state, info, cache.node_infos(), rng=random.Random(1))
+    assert result.node is None and result.node_statuses["n1"].message == REASON_CANNOT_ALLOCATE
+    answer = fw.run_post_filter(state, info, result.node_statuses, cache.node_infos())
+    assert answer.status.message == (
+        f"untolerated device taints: claim default/c request gpu: device {DRIVER}/pool-1/gpu-0 has taint "
+        "taint-key=taint-value:NoSchedule"
+    )

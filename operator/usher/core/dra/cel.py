@@ -338,11 +338,7 @@ def _message(error: object) -> str:
 def _device_data(device: DeviceInput) -> dict[str, Any]:
     """The CEL form of a device: plain maps, with quantities and versions as their canonical maps."""
     attributes = {
-        domain: {
-            id_: value if isinstance(value, bool | int | str) else _version_value(value.text)
-            for id_, value in ids.items()
-        }
-        for domain, ids in device.attributes.items()
+        domain: {id_: _attribute(value) for id_, value in ids.items()} for domain, ids in device.attributes.items()
     }
     capacity: dict[str, dict[str, _CelMap]] = {}
     for domain, ids in device.capacity.items():
@@ -358,6 +354,17 @@ def _device_data(device: DeviceInput) -> dict[str, Any]:
         "attributes": attributes,
         "capacity": capacity,
     }
+
+
+def _attribute(value: AttributeValue) -> Any:
+    """An attribute's CEL value: a scalar, a semver map, or (DRAListTypeAttributes) a list of either."""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, Version):
+        return _version_value(value.text)
+    if value.kind == "version":
+        return [_version_value(str(v)) for v in value.values]
+    return list(value.values)
 
 
 def _version_value(text: str) -> _CelMap:

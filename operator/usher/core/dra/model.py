@@ -95,7 +95,19 @@ class Version:
     text: str
 
 
-AttributeValue: TypeAlias = int | bool | str | Version
+@dataclass(frozen=True, slots=True)
+class AttributeList:
+    """A list-typed attribute value (DRAListTypeAttributes): ``ints``, ``bools``, ``strings`` or ``versions``.
+
+    Selectors see a CEL list; ``matchAttribute`` wants the devices' values to share an element,
+    ``distinctAttribute`` wants them pairwise disjoint (a scalar counts as a list of one)."""
+
+    kind: Literal["int", "bool", "string", "version"]
+    values: tuple[int | bool | str, ...]
+    """The elements; versions as their text."""
+
+
+AttributeValue: TypeAlias = int | bool | str | Version | AttributeList
 
 CounterUse: TypeAlias = tuple[tuple[str, str], int]
 """((counter set, counter), amount): what a partitionable device takes from its pool's shared counters.
@@ -161,6 +173,11 @@ class Device:
     """The counter sets ``consumesCounters`` names (each must exist, even with no counter listed)."""
     consumes_counters: bool = False
     """Whether ``consumesCounters`` has an entry (read for every device the search passes)."""
+    compatibility_groups: tuple[tuple[str, frozenset[str]], ...] = ()
+    """(counter set, its ``compatibilityGroups``) per ``consumesCounters`` entry (DRADeviceCompatibilityGroups): the
+    devices on one counter set are co-allocated only while their groups intersect; no groups only with no groups."""
+    declares_groups: bool = False
+    """Whether some ``consumesCounters`` entry names a compatibility group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,24 +443,43 @@ def _toleration(raw: Any, field: str) -> DeviceToleration:
 # ---------------------------------------------------------------- slices
 
 
+_LIST_KINDS: Mapping[str, Literal["int", "bool", "string", "version"]] = {
+    "ints": "int",
+    "bools": "bool",
+    "strings": "string",
+    "versions": "version",
+}
+
+
 def _attribute(raw: Any, field: str) -> AttributeValue | None:
     """The attribute's value; None for one of no type usher knows (a newer API's), which no selector may read."""
     value = _mapping(raw, field)
-    present = [k for k in ("int", "bool", "string", "version") if value.get(k) is not None]
+    present = [k for k in ("int", "bool", "string", "version", *_LIST_KINDS) if value.get(k) is not None]
     if not present:
         return None
     if len(present) != 1:
         raise ModelError(f"{field}: must set exactly one of int, bool, string, version, got {sorted(value)}")
     kind = present[0]
     item = value[kind]
+    if kind in _LIST_KINDS:
+        element = _LIST_KINDS[kind]
+        items = _list(item, f"{field}.{kind}")
+        if not items:
+            raise ModelError(f"{field}.{kind}: must not be empty")
+        return AttributeList(element, tuple(_scalar(element, v, f"{field}.{kind}[{i}]") for i, v in enumerate(items)))
+    scalar = _scalar(kind, item, f"{field}.{kind}")
+    return Version(str(scalar)) if kind == "version" else scalar
+
+
+def _scalar(kind: str, item: Any, field: str) -> int | bool | str:
+    """One int, bool, string or version (as its text)."""
     if kind == "int":
-        return _integer(item, f"{field}.int", default=0)
+        return _integer(item, field, default=0)
     if kind == "bool":
         if not isinstance(item, bool):
-            raise ModelError(f"{field}.bool: must be a boolean, got {item!r}")
+            raise ModelError(f"{field}: must be a boolean, got {item!r}")
         return item
-    text = _string(item, f"{field}.{kind}", required=False)
-    return Version(text) if kind == "version" else text
+    return _string(item, field, required=False)
 
 
 def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
@@ -485,11 +521,15 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
     node_name, node_selector, all_nodes, _ = _node_access(spec, field) if per_device else (None, None, False, False)
     counters: list[CounterUse] = []
     counter_sets: list[str] = []
+    groups: list[tuple[str, frozenset[str]]] = []
     for i, use in enumerate(_list(spec.get("consumesCounters"), f"{field}.consumesCounters")):
         use_field = f"{field}.consumesCounters[{i}]"
         entry = _mapping(use, use_field)
         counter_set = _string(entry.get("counterSet"), f"{use_field}.counterSet")
         counter_sets.append(counter_set)
+        groups.append(
+            (counter_set, frozenset(_names(entry.get("compatibilityGroups"), f"{use_field}.compatibilityGroups")))
+        )
         for counter, amount in _counters(entry.get("counters"), f"{use_field}.counters").items():
             counters.append(((counter_set, counter), amount))
     taints = tuple(
@@ -513,6 +553,8 @@ def _device(raw: Any, field: str, driver: str, per_device: bool) -> Device:
         counters=tuple(counters),
         counter_sets=tuple(counter_sets),
         consumes_counters=bool(counter_sets),
+        compatibility_groups=tuple(groups),
+        declares_groups=any(names for _, names in groups),
     )
 
 

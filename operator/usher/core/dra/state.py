@@ -83,6 +83,8 @@ class DraState:
         consumable: bool = True,
         fractional: bool = True,
         binding_conditions: bool = True,
+        compatibility_groups: bool = False,
+        list_attributes: bool = False,
     ) -> None:
         self.workload_claims = workload_claims
         """DRAWorkloadResourceClaims: a PodGroup's claims are reserved for the group, not for each pod."""
@@ -100,6 +102,13 @@ class DraState:
         self.binding_conditions = binding_conditions
         """DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus): devices with ``bindingConditions`` are
         allocated and PreBind waits for the conditions; off: such devices are never allocated."""
+        self.compatibility_groups = partitionable and compatibility_groups
+        """DRADeviceCompatibilityGroups (alpha, off; needs DRAPartitionableDevices): devices on one counter set are
+        co-allocated only while their compatibilityGroups intersect; off: slices naming groups are left out."""
+        self.list_attributes = list_attributes
+        """DRAListTypeAttributes (alpha, off): matchAttribute wants the devices' values (lists or scalars) to share an
+        element and distinctAttribute wants them disjoint; off: a list value matches nothing after the first device,
+        as kube's scalar comparison. Selectors see lists either way, as kube's CEL conversion gives them."""
         self.claim_listeners: list[Callable[[], None]] = []
         """Called after every change of a watched claim (a PreBind waiting for binding conditions wakes up)."""
         """DRADeviceTaintRules (needs DRADeviceTaints): DeviceTaintRules add their taint to the devices they
@@ -274,7 +283,11 @@ class DraState:
         """The allocator's inventory of the slices, rebuilt after a slice changed: one build per change for every
         reader (DynamicResources, and scoring's DRA-backed extended resources)."""
         if self._inventory is None or self._inventory_version != self.slices_version:
-            self._inventory = Inventory.build(self.slices.values(), partitionable=self.partitionable)
+            self._inventory = Inventory.build(
+                self.slices.values(),
+                partitionable=self.partitionable,
+                compatibility_groups=self.compatibility_groups,
+            )
             self._inventory_version = self.slices_version
             self.selectors.forget_devices()
         return self._inventory

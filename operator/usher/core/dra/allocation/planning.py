@@ -259,13 +259,17 @@ class ClaimPlan:
 class ClaimsPlan:
     """All of a pod's unallocated claims, planned once for every node of a scheduling cycle."""
 
-    __slots__ = ("checkable", "claims", "demands", "fractional", "memo", "plain")
+    __slots__ = ("checkable", "claims", "demands", "fractional", "list_attributes", "memo", "plain")
 
-    def __init__(self, claims: tuple[ClaimPlan, ...], memo: MatchMemo, *, fractional: bool = True) -> None:
+    def __init__(
+        self, claims: tuple[ClaimPlan, ...], memo: MatchMemo, *, fractional: bool = True, list_attributes: bool = False
+    ) -> None:
         self.claims = claims
         self.memo = memo
         self.fractional = fractional
         """DRAFractionalCapacityRange: capacity ranges with fractional bounds round in thousandths."""
+        self.list_attributes = list_attributes
+        """DRAListTypeAttributes: constraints compare list-typed attributes as sets."""
         self.plain = bool(claims) and all(claim.plain for claim in claims)
         """There are claims, and every one is plain (see :func:`descend`)."""
         requests = [r for claim in claims for alternatives in claim.requests for r in alternatives]
@@ -306,13 +310,14 @@ def plan_claims(
     memo: MatchMemo | None = None,
     consumable: bool = True,
     fractional: bool = True,
+    list_attributes: bool = False,
 ) -> ClaimsPlan:
     """Plan the claims of one pod for :func:`allocate`; pure, and independent of any node.
 
     With a ``memo``, selector answers found for earlier pods are reused and new ones added;
     without, the answers are shared by the nodes of this plan only. ``consumable`` and ``fractional``
     are the gates DRAConsumableCapacity and DRAFractionalCapacityRange: without the first, a request
-    asking for capacity is an error, as in kube.
+    asking for capacity is an error, as in kube; ``list_attributes`` is DRAListTypeAttributes.
     Raises ValueError for a claim already allocated or passed twice (a caller's mistake);
     errors of the claims themselves come out of :func:`allocate`, where kube reports them.
     """
@@ -326,7 +331,10 @@ def plan_claims(
     else:
         memo.make_room()
     return ClaimsPlan(
-        tuple(ClaimPlan(claim, classes, memo, consumable=consumable) for claim in claims), memo, fractional=fractional
+        tuple(ClaimPlan(claim, classes, memo, consumable=consumable) for claim in claims),
+        memo,
+        fractional=fractional,
+        list_attributes=list_attributes,
     )
 
 

@@ -26,6 +26,11 @@ reaches. It has no devices, so the only difference is which pools an ``All``
 request finds incomplete or invalid on other nodes. Without the gate, slices
 with counter sets or per-device node selection are left out (as in
 kube-scheduler) and devices that consume counters are never allocated.
+
+Compatibility groups (DRADeviceCompatibilityGroups, alpha and off): with the gate, a pool any
+of whose devices names a group is *grouped*, and the search checks the groups of the devices
+on each counter set (:mod:`.search`); without it, a slice whose devices name groups is left
+out entirely, which leaves its pool incomplete, as kube-scheduler does (it cannot check them).
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ class Pool:
         "counter_sets",
         "driver",
         "duplicates",
+        "grouped",
+        "groups_of",
         "incomplete",
         "invalid",
         "key",
@@ -83,13 +90,18 @@ class Pool:
         """Every device of the pool that consumes counters, visible from a node or not, and what it consumes."""
         self.counted = False
         """Some device consumes counters and DRAPartitionableDevices is on: the search must count them."""
+        self.grouped = False
+        """Some device names a compatibility group and DRADeviceCompatibilityGroups is on: the search checks the
+        groups of the devices sharing each counter set."""
+        self.groups_of: dict[DeviceId, tuple[tuple[str, frozenset[str]], ...]] = {}
+        """For a grouped pool: every device that consumes counters -> (counter set, its groups) per entry."""
         self.capacity_checked = False
         """Some device is shared or polices requests for its capacity (DRAConsumableCapacity): only the search
         checks capacity, so no shortcut applies."""
         self.invalid = ""
         """Why the whole pool must not be allocated from (its counter sets), or ""; never set when incomplete."""
 
-    def record_counters(self, slices: Sequence[Slice]) -> None:
+    def record_counters(self, slices: Sequence[Slice], *, grouping: bool = False) -> None:
         """Record the counter sets and their consumers; the first problem makes the pool invalid, in kube's order."""
         for slice_ in slices:
             for set_name, counters in slice_.shared_counters:
@@ -103,7 +115,12 @@ class Pool:
                 self.counted = True
                 if device.counters:
                     self.consumers.append((DeviceId(self.driver, self.name, device.name), device.counters))
+                if grouping:
+                    self.groups_of[DeviceId(self.driver, self.name, device.name)] = device.compatibility_groups
+                    self.grouped |= device.declares_groups
                 self.invalid = self.invalid or self._unknown_counter(device)
+        if not self.grouped:
+            self.groups_of = {}
         if self.incomplete:
             self.invalid = ""  # kube-scheduler does not look into an incomplete pool
 
@@ -183,11 +200,16 @@ class Inventory:
         self._seen_by_name: dict[str, tuple[VisiblePool, ...]] = {}
 
     @classmethod
-    def build(cls, slices: Iterable[Slice], *, partitionable: bool = True) -> Inventory:
-        """``partitionable``: DRAPartitionableDevices, on by default as in kube-scheduler v1.37."""
+    def build(
+        cls, slices: Iterable[Slice], *, partitionable: bool = True, compatibility_groups: bool = False
+    ) -> Inventory:
+        """``partitionable``: DRAPartitionableDevices, on by default as in kube-scheduler v1.37;
+        ``compatibility_groups``: DRADeviceCompatibilityGroups, off by default."""
         grouped: dict[tuple[str, str], list[Slice]] = defaultdict(list)
         for slice_ in slices:
             if not partitionable and (slice_.per_device or slice_.shared_counters):
+                continue
+            if not compatibility_groups and any(d.declares_groups for d in slice_.devices):
                 continue
             grouped[(slice_.driver, slice_.pool)].append(slice_)
         inventory = cls()
@@ -203,7 +225,7 @@ class Inventory:
                     pool.capacity_checked |= device.capacity_checked
                     names.add(device.name)
             if partitionable:
-                pool.record_counters(current)
+                pool.record_counters(current, grouping=compatibility_groups)
             for slice_ in current:
                 entry = _SliceEntry(slice_, pool, order)
                 order += 1

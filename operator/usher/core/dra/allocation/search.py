@@ -14,28 +14,51 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Container, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from usher.core.dra.allocation.judging import AbortError, Judge
 from usher.core.dra.allocation.planning import ClaimPlan, ClaimsPlan, PlannedRequest, Result
 from usher.core.dra.allocation.pools import Candidate, Pool, VisiblePool
 from usher.core.dra.consumable import CapacityError, Consumed, fits
-from usher.core.dra.model import RESULTS_MAX_SIZE, AttributeValue, Constraint, Device, DeviceId
+from usher.core.dra.model import (
+    RESULTS_MAX_SIZE,
+    AttributeList,
+    AttributeValue,
+    Constraint,
+    Device,
+    DeviceId,
+    Version,
+)
 from usher.core.dra.taints import untolerated
 
 SharedUse = Mapping[DeviceId, Mapping[str, Decimal]]
 """Devices shared by allocations (results with a ``shareID``) -> what those allocations take of each capacity."""
 
 
+_UNKNOWN: Final = "unknown"
+
+
+def _elements(value: AttributeValue, lists: bool) -> tuple[str, frozenset[object]]:
+    """An attribute value as (type, set of elements): a scalar is a list of one (kube's attributeAsSet). Without
+    DRAListTypeAttributes a list is of a type the scalar comparison does not know: it shares nothing."""
+    if isinstance(value, AttributeList):
+        return (value.kind, frozenset(value.values)) if lists else (_UNKNOWN, frozenset())
+    if isinstance(value, Version):
+        return "version", frozenset((value.text,))
+    return "string" if isinstance(value, str) else type(value).__name__, frozenset((value,))
+
+
 class _MatchAttribute:
-    """``matchAttribute``: every device of the listed requests shares the attribute's type and value."""
+    """``matchAttribute``: the devices of the listed requests all have the attribute, with one value in common (for
+    scalars: the same type and value)."""
 
-    __slots__ = ("count", "domain", "ident", "value")
+    __slots__ = ("common", "domain", "ident", "lists")
 
-    def __init__(self, constraint: Constraint) -> None:
+    def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.domain, _, self.ident = constraint.attribute.partition("/")
-        self.value: object = None
-        self.count = 0
+        self.lists = lists
+        self.common: list[tuple[str, frozenset[object]]] = []
+        """What the devices added so far have in common, after each (popped by :meth:`remove`)."""
 
     def add(self, device: Device) -> bool:
         # Attributes are stored by domain, so the qualified name and the bare id of
@@ -43,34 +66,40 @@ class _MatchAttribute:
         value = device.attributes.get(self.domain, {}).get(self.ident)
         if value is None:
             return False
-        if self.count == 0:
-            self.value = value
-        elif type(value) is not type(self.value) or value != self.value:
-            return False
-        self.count += 1
+        kind, elements = _elements(value, self.lists)
+        if self.common:  # the first device is always taken, whatever its value (as kube)
+            common_kind, common = self.common[-1]
+            elements = common & elements
+            if kind != common_kind or not elements:
+                return False
+        self.common.append((kind, elements))
         return True
 
     def remove(self) -> None:
-        self.count -= 1
+        self.common.pop()
 
 
 class _DistinctAttribute:
-    """``distinctAttribute``: the devices of the listed requests all have the attribute, no two the same value."""
+    """``distinctAttribute``: the devices of the listed requests all have the attribute, and no two share a value
+    (lists pairwise disjoint; values of another type never collide)."""
 
-    __slots__ = ("domain", "ident", "values")
+    __slots__ = ("domain", "ident", "lists", "values")
 
-    def __init__(self, constraint: Constraint) -> None:
+    def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.domain, _, self.ident = constraint.attribute.partition("/")
-        self.values: list[AttributeValue] = []
+        self.lists = lists
+        self.values: list[tuple[str, frozenset[object]]] = []
 
     def add(self, device: Device) -> bool:
         value = device.attributes.get(self.domain, {}).get(self.ident)
         if value is None:
             return False
-        # Values of another type never collide (True is not 1).
-        if any(type(seen) is type(value) and seen == value for seen in self.values):
+        kind, elements = _elements(value, self.lists)
+        if kind == _UNKNOWN and self.values:
+            return False  # kube's scalar comparison meets a type it does not know
+        if any(seen_kind == kind and seen & elements for seen_kind, seen in self.values):
             return False
-        self.values.append(value)
+        self.values.append((kind, elements))
         return True
 
     def remove(self) -> None:
@@ -118,15 +147,74 @@ class _Counters:
             left[key] += amount
 
 
+class _Intersection(NamedTuple):
+    """The compatibility groups every device placed on one counter set shares (kube's
+    compatibilityGroupIntersection); immutable, so a saved value is a snapshot."""
+
+    members: bool
+    all_empty: bool
+    """Every device placed so far named no group: only such devices may join."""
+    groups: frozenset[str]
+
+    def admits(self, groups: frozenset[str]) -> bool:
+        if not self.members:
+            return True
+        if not groups:
+            return self.all_empty
+        return not self.all_empty and bool(self.groups & groups)
+
+    def add(self, groups: frozenset[str]) -> _Intersection:
+        if not self.members:
+            return _Intersection(True, not groups, groups)
+        if self.all_empty or not groups:
+            return self
+        return _Intersection(True, False, self.groups & groups)
+
+
+_NOBODY = _Intersection(False, False, frozenset())
+
+GroupUndo = list[tuple[str, _Intersection]]
+
+
+class _Groups:
+    """A grouped pool's counter sets during one node's search: what the devices in use and the search's own
+    picks leave admissible (DRADeviceCompatibilityGroups; kube's baseline plus consumedCompatibilityGroups)."""
+
+    __slots__ = ("running",)
+
+    def __init__(self, pool: Pool, in_use: Container[DeviceId], shared: SharedUse) -> None:
+        self.running: dict[str, _Intersection] = {}
+        for device, entries in pool.groups_of.items():
+            if device in in_use or device in shared:
+                for set_name, groups in entries:
+                    self.running[set_name] = self.running.get(set_name, _NOBODY).add(groups)
+
+    def take(self, device: Device) -> GroupUndo | None:
+        """Fold the device's groups into every counter set it uses, or None (nothing changed) if one refuses."""
+        saved: GroupUndo = []
+        for set_name, groups in device.compatibility_groups:
+            current = self.running.get(set_name, _NOBODY)
+            if not current.admits(groups):
+                self.restore(saved)
+                return None
+            saved.append((set_name, current))
+            self.running[set_name] = current.add(groups)
+        return saved
+
+    def restore(self, saved: GroupUndo) -> None:
+        for set_name, previous in reversed(saved):
+            self.running[set_name] = previous
+
+
 class _ClaimSearch:
     """One claim's state during one node's search."""
 
     __slots__ = ("devices", "plan", "results", "selected", "trackers")
 
-    def __init__(self, plan: ClaimPlan) -> None:
+    def __init__(self, plan: ClaimPlan, lists: bool) -> None:
         self.plan = plan
         self.trackers: list[_MatchAttribute | _DistinctAttribute] = [
-            _DistinctAttribute(c) if c.distinct else _MatchAttribute(c) for c in plan.claim.constraints
+            _DistinctAttribute(c, lists) if c.distinct else _MatchAttribute(c, lists) for c in plan.claim.constraints
         ]
         self.selected = [0] * len(plan.requests)
         self.results: list[Result] = []
@@ -199,16 +287,21 @@ class Search:
         """
         self.counters: dict[Pool, _Counters] = {}
         """The shared counters of the pools the search took a counting device from (built on first use)."""
+        self.groups: dict[Pool, _Groups] = {}
+        """The compatibility groups of the grouped pools the search took a counting device from."""
+        self.group_undo: list[GroupUndo] = []
+        """What each counting device of a grouped pool the search holds changed, newest last."""
         self._after = [0] * (len(pools) + 1)
         """Devices in ``pools[p:]``, for every p: how many a request could still take from a position on."""
         for index in range(len(pools) - 1, -1, -1):
             self._after[index] = self._after[index + 1] + len(pools[index].candidates)
+        self._lists = plan.list_attributes
         self.claims = [self._prepare(claim) for claim in plan.claims]
 
     # ------------------------------------------------------------ the node's part of planning
 
     def _prepare(self, plan: ClaimPlan) -> _ClaimSearch:
-        claim = _ClaimSearch(plan)
+        claim = _ClaimSearch(plan, self._lists)
         minimum = plan.minimum
         if not plan.fixed:
             minimum = 0
@@ -446,10 +539,20 @@ class Search:
         shared = device.allow_multiple
         counters = None
         if device.consumes_counters and not (shared and self._shared_already(candidate.id)):
-            counters = self.counters.get(candidate.pool)
+            pool = candidate.pool
+            if pool.grouped:
+                groups = self.groups.get(pool)
+                if groups is None:
+                    groups = self.groups[pool] = _Groups(pool, self.in_use, self.shared)
+                undo = groups.take(device)
+                if undo is None:
+                    return False
+                self.group_undo.append(undo)
+            counters = self.counters.get(pool)
             if counters is None:
-                counters = self.counters[candidate.pool] = _Counters(candidate.pool, self.in_use, self.shared)
+                counters = self.counters[pool] = _Counters(pool, self.in_use, self.shared)
             if not counters.take(device):
+                self._ungroup(candidate)
                 return False
         added = 0
         trackers = claim.trackers
@@ -507,6 +610,12 @@ class Search:
             claim.trackers[i].remove()
         if counters is not None:
             counters.give(candidate.device)
+            self._ungroup(candidate)
+
+    def _ungroup(self, candidate: Candidate) -> None:
+        """Give back what the device's compatibility groups changed (it took counters of a grouped pool)."""
+        if candidate.pool.grouped:
+            self.groups[candidate.pool].restore(self.group_undo.pop())
 
     def _give_back(self, frame: _Frame) -> None:
         """Undo what the frame's current alternative took, newest first."""
@@ -529,6 +638,7 @@ class Search:
                     continue  # an earlier share holds the counters
             if candidate.device.consumes_counters:
                 self.counters[candidate.pool].give(candidate.device)
+                self._ungroup(candidate)
             if consumed is not None:
                 continue
             claims = self.picked[candidate]

@@ -99,6 +99,7 @@ from usher.core.dra.model import FINALIZER, SCHEDULING_GROUP, Claim, DeviceId, p
 from usher.core.dra.podclaims import PodClaim, referenced_claim_names, resolve_pod_claims
 from usher.core.dra.ports import ClaimWriter
 from usher.core.dra.state import DraState, InFlight, claim_key
+from usher.core.dra.taints import kept_off_by_taints
 from usher.core.events import ActionType, ClusterEvent, Resource
 from usher.core.framework.args import PluginArgsError, go_duration, reject_unknown_args
 from usher.core.framework.interface import (
@@ -473,7 +474,12 @@ class DynamicResources(DefaultNormalized):
     def _plan(self, claims: Sequence[Claim]) -> ClaimsPlan:
         dra = self._dra
         return plan_claims(
-            claims, dra.classes, memo=self._matches, consumable=dra.consumable, fractional=dra.fractional
+            claims,
+            dra.classes,
+            memo=self._matches,
+            consumable=dra.consumable,
+            fractional=dra.fractional,
+            list_attributes=dra.list_attributes,
         )
 
     def _group_of(self, pod: PodInfo) -> PodGroupKey | None:
@@ -852,7 +858,23 @@ class DynamicResources(DefaultNormalized):
             message = f"deletion of ResourceClaim {stale.key} requested"
         elif data is not None:
             message = self._deallocate_unavailable(data, pod.uid)
+            if not message and data.unallocated:
+                message = self._taints_in_the_way(data.unallocated)
         return PostFilterResult(Status(Code.UNSCHEDULABLE, (message,) if message else ()))
+
+    def _taints_in_the_way(self, claims: Sequence[Claim]) -> str:
+        """Which taints keep the claims' requests from devices they select (usher's addition to FailedScheduling:
+        kube-scheduler says only "cannot allocate all claims"), or ""."""
+        dra = self._dra
+        if not dra.device_taints:
+            return ""
+        found = kept_off_by_taints(claims, dra.slices.values(), dra.classes, dra.selectors, limit=3)
+        if not found:
+            return ""
+        listed = "; ".join(
+            f"claim {f['claim']} request {f['request']}: device {f['device']} has taint {f['taint']}" for f in found
+        )
+        return f"untolerated device taints: {listed}"
 
     def pod_group_post_filter(self, group: PodGroup, members: Sequence[tuple[PodInfo, CycleState]]) -> Status:
         """A pod group that placed nobody (kube-scheduler's PodGroupPostFilter): first each member's own
