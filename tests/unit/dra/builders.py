@@ -187,6 +187,15 @@ def sub_request(
     return entry
 
 
+def constraint(attribute: str, *requests: str, distinct: bool = False) -> dict[str, Any]:
+    """A ``spec.devices.constraints[]`` entry: ``matchAttribute`` (or ``distinctAttribute``) over ``requests``
+    (none: all of the claim's)."""
+    entry: dict[str, Any] = {"distinctAttribute" if distinct else "matchAttribute": attribute}
+    if requests:
+        entry["requests"] = list(requests)
+    return entry
+
+
 class ClaimBuilder:
     def __init__(self) -> None:
         n = next(_uids)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.dra.builders import make_claim, make_class, make_slice
+from tests.unit.dra.builders import constraint, make_claim, make_class, make_slice
 from usher.core.dra.allocation import AllocationOutcome, MatchMemo, allocate, plan_claims
 from usher.core.dra.consumable import (
     Amount,
@@ -196,17 +196,11 @@ def first(name: str, *subs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def distinct(attribute: str, *requests: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"distinctAttribute": attribute}
-    if requests:
-        entry["requests"] = list(requests)
-    return entry
+    return constraint(attribute, *requests, distinct=True)
 
 
 def match(attribute: str, *requests: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"matchAttribute": attribute}
-    if requests:
-        entry["requests"] = list(requests)
-    return entry
+    return constraint(attribute, *requests, distinct=False)
 
 
 def claim(*requests: Mapping[str, Any], name: str = "claim-0", constraints: Sequence[Mapping[str, Any]] = ()) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.dra.builders import make_claim, make_class, make_slice
+from tests.unit.dra.builders import constraint, make_claim, make_class, make_slice
 from usher.core.dra.allocation import AllocationOutcome, MatchMemo, allocate, plan_claims
 from usher.core.dra.matching import SelectorResults
 from usher.core.dra.model import AttributeList, Device, parse_claim, parse_class
@@ -105,17 +105,11 @@ def req(name: str, count: int = 1, selectors: Sequence[str] = ()) -> dict[str, A
 
 
 def match(attribute: str, *requests: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"matchAttribute": attribute}
-    if requests:
-        entry["requests"] = list(requests)
-    return entry
+    return constraint(attribute, *requests, distinct=False)
 
 
 def distinct(attribute: str, *requests: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"distinctAttribute": attribute}
-    if requests:
-        entry["requests"] = list(requests)
-    return entry
+    return constraint(attribute, *requests, distinct=True)
 
 
 def claim(constraint: Mapping[str, Any], *requests: Mapping[str, Any]) -> dict[str, Any]:

@@ -105,6 +105,11 @@ class AttributeList:
     kind: Literal["int", "bool", "string", "version"]
     values: tuple[int | bool | str, ...]
     """The elements; versions as their text."""
+    elements: frozenset[int | bool | str] = field(init=False, repr=False, compare=False)
+    """``values`` as a set, built once: constraints intersect it for every device pair the search tries."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "elements", frozenset(self.values))
 
 
 AttributeValue: TypeAlias = int | bool | str | Version | AttributeList
@@ -611,15 +616,7 @@ def _counters(raw: Any, field: str) -> dict[str, int]:
     amounts in nano units (:data:`CounterUse`), rounded up as the API server rounds quantities."""
     out: dict[str, int] = {}
     for name, counter in _mapping(raw, field).items():
-        value = _mapping(counter, f"{field}[{name!r}]").get("value")
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ModelError(f"{field}[{name!r}].value: must be a quantity, got {value!r}")
-        try:
-            amount = parse_quantity(value)
-        except QuantityError as exc:
-            raise ModelError(f"{field}[{name!r}].value: {exc}") from exc
-        if not amount.is_finite():
-            raise ModelError(f"{field}[{name!r}].value: invalid quantity {value!r}")
+        amount = _amount(_mapping(counter, f"{field}[{name!r}]").get("value"), f"{field}[{name!r}].value").value
         out[str(name)] = int((amount * _NANO).to_integral_value(rounding=ROUND_CEILING))
     return out
 

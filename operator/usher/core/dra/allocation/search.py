@@ -42,7 +42,7 @@ def _elements(value: AttributeValue, lists: bool) -> tuple[str, frozenset[object
     """An attribute value as (type, set of elements): a scalar is a list of one (kube's attributeAsSet). Without
     DRAListTypeAttributes a list is of a type the scalar comparison does not know: it shares nothing."""
     if isinstance(value, AttributeList):
-        return (value.kind, frozenset(value.values)) if lists else (_UNKNOWN, frozenset())
+        return (value.kind, value.elements) if lists else (_UNKNOWN, frozenset())
     if isinstance(value, Version):
         return "version", frozenset((value.text,))
     return "string" if isinstance(value, str) else type(value).__name__, frozenset((value,))
