@@ -122,6 +122,13 @@ class Driver:
         self.class_name = class_name
         self.slices: list[str] = []
 
+    def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim as the API server serves it, as a plain dict (camelCase keys)."""
+        raw: dict[str, Any] = self.resource.api_client.sanitize_for_serialization(
+            self.resource.read_namespaced_resource_claim(name, namespace)
+        )
+        return raw
+
     def publish_class(self) -> None:
         self.resource.create_device_class(device_class(self.class_name))  # type: ignore[arg-type]  # a dict body is sent as is
 

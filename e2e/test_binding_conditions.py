@@ -31,20 +31,13 @@ def fabric_slice(node: str) -> dict[str, Any]:
     return resource_slice(f"{node}-fabric", node, devices=[device])
 
 
-def read(driver: Driver, namespace: str, name: str) -> dict[str, Any]:
-    raw: dict[str, Any] = driver.resource.api_client.sanitize_for_serialization(
-        driver.resource.read_namespaced_resource_claim(name, namespace)
-    )
-    return raw
-
-
 def reserved_for(raw: Mapping[str, Any], pod_uid: str) -> bool:
     return any(r.get("uid") == pod_uid for r in (raw.get("status") or {}).get("reservedFor") or [])
 
 
 def report(driver: Driver, namespace: str, name: str, kind: str, *, reason: str = "Attached") -> None:
     """The driver reports a condition of the claim's device as true (status.devices)."""
-    raw = read(driver, namespace, name)
+    raw = driver.read_claim(namespace, name)
     [result] = raw["status"]["allocation"]["devices"]["results"]
     raw["status"]["devices"] = [
         {
@@ -75,7 +68,7 @@ def start(
     driver.resource.create_namespaced_resource_claim(namespace, claim("c", driver.class_name))  # type: ignore[arg-type]
     pod = core_api.create_namespaced_pod(namespace, claim_pod("p", scheduler.scheduler_name, claim_name="c"))
     uid = str(pod.metadata.uid)
-    wait_for(lambda: reserved_for(read(driver, namespace, "c"), uid), 30, "the claim reserved for the pod")
+    wait_for(lambda: reserved_for(driver.read_claim(namespace, "c"), uid), 30, "the claim reserved for the pod")
     return uid
 
 
@@ -94,7 +87,7 @@ def test_the_pod_binds_only_once_its_device_is_attached(
     node = kwok_nodes("b")
     driver.publish(fabric_slice(node))
     start(core_api, namespace, driver, usher())
-    raw = read(driver, namespace, "c")
+    raw = driver.read_claim(namespace, "c")
     [result] = raw["status"]["allocation"]["devices"]["results"]
     assert (result["bindingConditions"], result["bindingFailureConditions"]) == ([ATTACHED], [FAILED])
     assert raw["status"]["allocation"]["allocationTimestamp"], "the binding timeout's start"
@@ -116,7 +109,7 @@ def test_a_failed_attachment_deallocates_the_claim_and_the_pod_gets_the_device_a
     report(driver, namespace, "c", FAILED, reason="NoPath")
 
     def allocated_anew() -> bool:
-        raw = read(driver, namespace, "c")
+        raw = driver.read_claim(namespace, "c")
         status = raw.get("status") or {}
         # Deallocation clears status.devices: an allocation without the failure is a new one.
         return bool(status.get("allocation")) and not status.get("devices") and reserved_for(raw, uid)
@@ -151,10 +144,10 @@ profiles:
     )
     scheduler = usher(scheduler_name=scheduler_name, extra_args=("--config", str(config)))
     start(core_api, namespace, driver, scheduler)
-    first = read(driver, namespace, "c")["status"]["allocation"]["allocationTimestamp"]
+    first = driver.read_claim(namespace, "c")["status"]["allocation"]["allocationTimestamp"]
 
     def stamped_again() -> bool:
-        allocation = (read(driver, namespace, "c").get("status") or {}).get("allocation") or {}
+        allocation = (driver.read_claim(namespace, "c").get("status") or {}).get("allocation") or {}
         return bool(allocation.get("allocationTimestamp")) and allocation["allocationTimestamp"] != first
 
     wait_for(stamped_again, 60, "the claim deallocated at the timeout and allocated again, with a new timestamp")

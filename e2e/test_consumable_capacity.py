@@ -60,10 +60,7 @@ def memory_claim(
 
 
 def results(driver: Driver, namespace: str, claim: str) -> list[Mapping[str, Any]]:
-    raw = driver.resource.api_client.sanitize_for_serialization(
-        driver.resource.read_namespaced_resource_claim(claim, namespace)
-    )
-    allocation = (raw.get("status") or {}).get("allocation") or {}
+    allocation = (driver.read_claim(namespace, claim).get("status") or {}).get("allocation") or {}
     return list((allocation.get("devices") or {}).get("results") or [])
 
 

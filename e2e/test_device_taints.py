@@ -32,10 +32,7 @@ def tolerating_claim(name: str, class_name: str, *tolerations: Mapping[str, Any]
 
 
 def device_of(driver: Driver, namespace: str, claim: str) -> str | None:
-    raw = driver.resource.api_client.sanitize_for_serialization(
-        driver.resource.read_namespaced_resource_claim(claim, namespace)
-    )
-    allocation = (raw.get("status") or {}).get("allocation")
+    allocation = (driver.read_claim(namespace, claim).get("status") or {}).get("allocation")
     if not allocation:
         return None
     [result] = allocation["devices"]["results"]
@@ -133,9 +130,7 @@ def test_a_gpu_its_driver_tainted_no_schedule_goes_only_to_a_claim_that_tolerate
     toleration = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
     create(core_api, driver, namespace, scheduler, "tolerant", toleration)
     wait_for(lambda: bound(core_api, namespace, "tolerant"), 30, "the tolerating pod bound")
-    raw = driver.resource.api_client.sanitize_for_serialization(
-        driver.resource.read_namespaced_resource_claim("tolerant", namespace)
-    )
+    raw = driver.read_claim(namespace, "tolerant")
     [result] = raw["status"]["allocation"]["devices"]["results"]
     assert (result["device"], result["tolerations"]) == ("gpu-0", [toleration])
     assert bound(core_api, namespace, "second") is None, "a tolerating claim's device stays its own"

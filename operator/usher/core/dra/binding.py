@@ -71,13 +71,13 @@ def ready_for_binding(claim: Claim) -> bool:
     """Whether every binding condition of every allocated device is true (so with none, when allocated).
 
     A failure condition makes it not ready; :func:`binding_failure` says why."""
-    if claim.allocation is None:
+    if claim.allocation is None or binding_failure(claim):
         return False
     for result in _results(claim):
         if not result.get("bindingConditions"):
             continue
         status = _device_status(claim, result)
-        if status is None or binding_failure(claim):
+        if status is None:
             return False
         for kind in result["bindingConditions"]:
             condition = _condition(status, kind)
