@@ -299,6 +299,7 @@ async def test_the_same_failure_is_reported_by_an_event_at_most_once_a_minute(ha
     await harness.until(lambda: len(harness.recorder.attempts) == 2, "the second binding fails")
     assert len(harness.writer.events("FailedScheduling")) == 1
     assert len(harness.writer.conditions(key)) == 2  # the condition is re-asserted every time
+    assert harness.writer.conditions(key)[-1]["reason"] == "SchedulerError", "an error, not a rejection"
 
     harness.clock.advance(31)  # a minute after the first report: news again
     harness.nodes("n1")

@@ -139,7 +139,10 @@ def schedule(
                 continue
             if status is not last:
                 if status.code is Code.ERROR:
-                    result.status = status
+                    # kube-scheduler's RunFilterPlugins: a Filter must only reject, so an error is wrapped and ends
+                    # the attempt whatever the other nodes would say.
+                    message = f'running "{status.plugin}" filter plugin: {status.message}'
+                    result.status = Status(Code.ERROR, (message,), status.plugin, status.cause)
                     result.evaluated = evaluated + index + 1
                     return result
                 if status.code is Code.PENDING:

@@ -4,8 +4,9 @@ Every failed attempt, whichever cycle it failed in, ends here: it is
 counted (``scheduler_schedule_attempts_total{result=unschedulable|error}``),
 remembered for `usher explain`, handed back to the queue with the plugins
 that rejected it (so only their QueueingHints can move it), and reported on
-the pod: ``PodScheduled=False, reason=Unschedulable`` (patched only when the
-message changes) and a ``FailedScheduling`` Event, written again for the
+the pod: ``PodScheduled=False`` with reason ``Unschedulable``, or
+``SchedulerError`` when the attempt ended in an error (patched only when the
+message changes), and a ``FailedScheduling`` Event, written again for the
 same message at most once a minute. A pod usher cannot parse is reported
 the same way without being queued. Reports go through the dispatcher; none
 of this waits for the API server.
@@ -33,6 +34,8 @@ FAILED_SCHEDULING_REPEAT = 60.0
 
 UNSCHEDULABLE = "Unschedulable"
 """The PodScheduled condition's reason for a pod no node fits (v1.PodReasonUnschedulable)."""
+SCHEDULER_ERROR = "SchedulerError"
+"""Its reason when the attempt ended in an error (v1.PodReasonSchedulerError)."""
 
 
 class FailureReporter:
@@ -45,15 +48,22 @@ class FailureReporter:
         self._last: dict[str, tuple[str, float]] = {}
 
     def report(
-        self, pod: Mapping[str, Any], message: str, profile: str | None = None, nominated_node: str | None = None
+        self,
+        pod: Mapping[str, Any],
+        message: str,
+        profile: str | None = None,
+        nominated_node: str | None = None,
+        *,
+        reason: str = UNSCHEDULABLE,
     ) -> None:
-        """``nominated_node``: preemption's nomination, written with the condition (kube-scheduler's updatePod):
+        """``reason``: the condition's, :data:`UNSCHEDULABLE` or :data:`SCHEDULER_ERROR`; ``nominated_node``:
+        preemption's nomination, written with the condition (kube-scheduler's updatePod):
         None leaves ``status.nominatedNodeName`` as it is, "" clears it, a name sets it."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
 
         def patch_for(current: Mapping[str, Any] | None) -> dict[str, Any] | None:
-            patch = condition_patch(current, kind="PodScheduled", status="False", reason=UNSCHEDULABLE, message=message)
+            patch = condition_patch(current, kind="PodScheduled", status="False", reason=reason, message=message)
             held = ((current or {}).get("status") or {}).get("nominatedNodeName") or ""
             if nominated_node is not None and held != nominated_node:
                 patch = patch or {"status": {}}
@@ -122,7 +132,8 @@ class SchedulingFailures:
         self._queue.add_unschedulable(
             queued, unschedulable_plugins=unschedulable_plugins, pending_plugins=pending_plugins
         )
-        self._reporter.report(queued.pod.raw, message, profile, nominated_node)
+        reason = SCHEDULER_ERROR if result == "error" else UNSCHEDULABLE
+        self._reporter.report(queued.pod.raw, message, profile, nominated_node, reason=reason)
         self._wake()
 
     def rejected(self, queued: QueuedPod, profile: str, started: float, status: Status) -> None:

@@ -263,9 +263,25 @@ def test_a_broken_cel_selector_is_reported_on_the_pod_and_nothing_raises(handle:
     handle.dra.on_claim(False, make_claim().name("c").request("gpu", "broken").obj())
     _, _, node, result = cycle(only_dra(handle), cache, claim_pod("p", claim="c"))
     assert node is None
-    statuses = list(result.node_statuses.values())
-    assert statuses and all(s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in statuses)
-    assert "device.driver ==" in statuses[0].message
+    assert result.status.code is Code.ERROR, "kube-scheduler aborts the attempt: the class is wrong, not a node"
+    assert "device.driver ==" in result.status.message
+
+
+def test_a_cel_runtime_error_on_one_node_keeps_the_pod_off_every_node(handle: FakeHandle, cache: Cache) -> None:
+    """Upstream's "with different ResourceSlices keeps pod pending because of CEL runtime errors": n1's devices
+    lack the attribute the selector reads, n2's have it; kube-scheduler's Filter returns an Error on n1, which ends
+    the attempt although n2 would do."""
+    handle.dra.on_class(False, make_class().name("a100").selector(A100).obj())
+    handle.dra.on_slice(False, make_slice().name("n1-s").driver(DRIVER).pool("n1").node("n1").devices("gpu", 2).obj())
+    models(handle, n2="a100")
+    handle.dra.on_claim(False, make_claim().name("c").request("gpu", "a100").obj())
+    fw = only_dra(handle)
+    for _ in range(2):  # whichever node the attempt starts from
+        _, _, node, result = cycle(fw, cache, claim_pod("p", claim="c"))
+        assert node is None
+        assert result.status.code is Code.ERROR
+        assert result.status.message.startswith('running "DynamicResources" filter plugin: class a100: selector #0')
+        assert "CEL runtime error" in result.status.message and "n1" in result.status.message
 
 
 def test_a_missing_device_class_holds_the_pod(handle: FakeHandle, cache: Cache) -> None:

@@ -152,8 +152,10 @@ deletes it; kube-scheduler's filterExtendedResources)."""
 def _rejection(outcome: AllocationOutcome, node: NodeInfo) -> Status:
     """Why a node is rejected when allocation on it failed."""
     if outcome.error:
-        # A bad selector blocks this pod until a class, claim or slice changes.
-        return unschedulable(outcome.error, resolvable=False)
+        # kube-scheduler: something is wrong with the claim or class (a CEL error, an impossible request), not
+        # with this node, so an Error that ends the whole attempt, on whichever node meets it first; the pod is
+        # retried after its backoff.
+        return error(outcome.error)
     if outcome.reason == REASON_TIMED_OUT:
         # kube-scheduler: a timeout may be transient, so an Error: the attempt ends and the pod is retried
         # after its backoff instead of waiting in the unschedulable queue for a cluster event.
