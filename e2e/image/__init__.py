@@ -4,6 +4,12 @@ The image is built without a registry from Debian bookworm root filesystems that
 (the Dockerfile's PYTHON_IMAGE and RUNTIME_IMAGE). podman keeps its storage under the usher cache and
 runs with Debian's runc, the cgroupfs manager and this shell's rlimits (e2e/image/podman.sh says why);
 every podman call of the harness goes through that script.
+
+build.sh also makes the images a real node (e2e/node) runs besides usher's, each saved as an OCI
+archive (`archive`) for ``ctr images import``: the pod sandbox's pause (`pause_image`), and under the
+names the pinned e2e.test asks for, the two that Kubernetes' DRA e2e specs run (build.sh's target dra):
+hostpathplugin's proxy mode (`hostpathplugin_image`, from e2e/dra-proxy) and the test pods' shell
+(`busybox_image`), both on the runtime root filesystem.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ from pathlib import Path
 from e2e.controlplane import cache_dir, read_versions
 
 __all__ = [
+    "ARCHIVES",
     "BUILD_COMMAND",
     "CHART",
     "PODMAN",
     "ImageMissingError",
     "archive",
+    "busybox_image",
     "chart_app_version",
+    "hostpathplugin_image",
     "image_settings",
     "pause_image",
     "podman",
@@ -33,6 +42,8 @@ REPO = HERE.parent.parent
 CHART = REPO / "charts" / "usher"
 PODMAN = HERE / "podman.sh"
 BUILD_COMMAND = "make image"
+#: The images build.sh saves as OCI archives (`archive`), by its target's name.
+ARCHIVES = ("usher", "pause", "hostpathplugin", "busybox")
 
 
 class ImageMissingError(RuntimeError):
@@ -62,8 +73,20 @@ def pause_image() -> str:
     return image_settings()["PAUSE_IMAGE"]
 
 
+def hostpathplugin_image() -> str:
+    """What the DRA e2e specs' proxy pod runs: e2e/dra-proxy under hostpathplugin's name and tag."""
+    return image_settings()["HOSTPATHPLUGIN_IMAGE"]
+
+
+def busybox_image() -> str:
+    """What the DRA e2e specs' test pods run (test/utils/image's BusyBox): a shell and coreutils."""
+    return image_settings()["E2E_BUSYBOX_IMAGE"]
+
+
 def archive(name: str) -> Path:
-    """An OCI archive that build.sh saved for ``ctr images import``: ``usher`` or ``pause``."""
+    """An OCI archive that build.sh saved for ``ctr images import``: one of `ARCHIVES`."""
+    if name not in ARCHIVES:
+        raise ValueError(f"build.sh saves no archive {name!r}: one of {', '.join(ARCHIVES)}")
     images = cache_dir() / "images"
     return images / (f"usher-{chart_app_version()}.oci.tar" if name == "usher" else f"{name}.oci.tar")
 

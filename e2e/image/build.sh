@@ -2,13 +2,15 @@
 # Build usher's container image here, with no registry: the Dockerfile's PYTHON_IMAGE and
 # RUNTIME_IMAGE are Debian bookworm root filesystems made by debootstrap (from Debian's
 # packages) and imported into podman. Also a pause image for the real node (e2e/node), from
-# the Go program in e2e/node/pause. Everything lives under ${USHER_CACHE:-~/.cache/usher}:
+# the Go program in e2e/node/pause, and the two images Kubernetes' DRA e2e specs run on a real
+# node (hostpathplugin, busybox: target dra), from the runtime stage's root filesystem. Everything
+# lives under ${USHER_CACHE:-~/.cache/usher}:
 #
 #   podman storage        $cache/podman/              (use e2e/image/podman.sh to look at it)
 #   base root filesystems $cache/images/rootfs-*.tar  (cached by the debootstrap arguments)
 #   image archives        $cache/images/*.oci.tar     (for `ctr images import`; re-saved when the image changes)
 #
-#   bash e2e/image/build.sh [usher] [pause]
+#   bash e2e/image/build.sh [usher] [pause] [hostpathplugin] [busybox] [dra]
 #
 # Prints nothing on stdout but the image names it built, one a line.
 set -euo pipefail
@@ -69,11 +71,22 @@ save() {
   printf '%s' "$id" > "$archive.id"
 }
 
+# built REF SUM: whether podman has REF built from SUM (its usher.source label), a hash of all
+# that went into it.
+built() {
+  "${podman[@]}" image exists "$1" \
+    && [[ "$("${podman[@]}" image inspect --format '{{index .Labels "usher.source"}}' "$1")" == "$2" ]]
+}
+
+# The Dockerfile's RUNTIME_IMAGE: python3 on minbase, which has dash and coreutils, so the DRA
+# images are made from it too (no debootstrap of their own).
+runtime_rootfs() { rootfs base "python3-minimal,libpython3.11-stdlib"; }
+
 build_usher() {
   need podman debootstrap runc
   local build_base runtime_base tag ref t0=$SECONDS
   build_base="$(rootfs build-base "python3,python3-venv,ca-certificates")"
-  runtime_base="$(rootfs base "python3-minimal,libpython3.11-stdlib")"
+  runtime_base="$(runtime_rootfs)"
   tag="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/usher/Chart.yaml")"
   ref="$USHER_IMAGE:$tag"
   # Package downloads may go through a TLS-intercepting proxy that only the host's CA bundle
@@ -107,7 +120,7 @@ build_pause() {
   local src="$repo/e2e/node/pause" sum dir ref
   sum="$(cat "$src"/*.go "$src/go.mod" | sha256sum | cut -c1-12)"
   ref="$PAUSE_IMAGE"
-  if "${podman[@]}" image exists "$ref" && [[ "$("${podman[@]}" image inspect --format '{{index .Labels "usher.source"}}' "$ref")" == "$sum" ]]; then
+  if built "$ref" "$sum"; then
     log "$ref: cached"
   else
     dir="$images/pause-build"
@@ -121,12 +134,61 @@ build_pause() {
   echo "$ref"
 }
 
+# What the DRA e2e specs' proxy pod runs (test/e2e/testing-manifests/dra/dra-test-driver-proxy.yaml):
+# `sh -c 'while true; do sleep 10000; done'`, then by exec /hostpathplugin in proxy mode and sh,
+# base64, mv, rm, mkdir, cat and ls. Upstream's image is the CSI hostpath driver on Alpine; here
+# e2e/dra-proxy (proxy mode alone, stdlib Go) on the runtime root filesystem.
+build_hostpathplugin() {
+  need podman debootstrap runc
+  local src="$repo/e2e/dra-proxy" base containerfile sum dir ref="$HOSTPATHPLUGIN_IMAGE" t0=$SECONDS
+  base="$(runtime_rootfs)"
+  containerfile="$(printf 'FROM %s\nCOPY hostpathplugin /hostpathplugin\nENTRYPOINT ["/hostpathplugin"]' "$base")"
+  sum="$(cat "$src"/*.go "$src/go.mod" <(echo "$containerfile") | sha256sum | cut -c1-12)"
+  if built "$ref" "$sum"; then
+    log "$ref: cached"
+  else
+    dir="$images/hostpathplugin-build"
+    rm -rf "$dir"; mkdir -p "$dir"
+    (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$dir/hostpathplugin" .)
+    echo "$containerfile" > "$dir/Containerfile"
+    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
+    log "$ref: built in $((SECONDS - t0)) s"
+  fi
+  save "$ref" "$images/hostpathplugin.oci.tar"
+  echo "$ref"
+}
+
+# The image of the DRA e2e specs' test pods (test/utils/image's BusyBox): they run
+# `sh -c "trap exit TERM; while true; do sleep 1; done"` as a non-root user, and e2e.test execs
+# `env` in them. Any root filesystem with a shell and coreutils serves: the runtime one.
+build_busybox() {
+  need podman debootstrap runc
+  local base containerfile sum dir ref="$E2E_BUSYBOX_IMAGE"
+  base="$(runtime_rootfs)"
+  containerfile="$(printf 'FROM %s\nCMD ["/bin/sh"]' "$base")"
+  sum="$(echo "$containerfile" | sha256sum | cut -c1-12)"
+  if built "$ref" "$sum"; then
+    log "$ref: cached"
+  else
+    dir="$images/busybox-build"
+    rm -rf "$dir"; mkdir -p "$dir"
+    echo "$containerfile" > "$dir/Containerfile"
+    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
+    log "$ref: built"
+  fi
+  save "$ref" "$images/busybox.oci.tar"
+  echo "$ref"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(usher)
 for t in "${targets[@]}"; do
   case "$t" in
     usher) build_usher ;;
     pause) build_pause ;;
-    *) log "unknown target $t (usher, pause)"; exit 2 ;;
+    hostpathplugin) build_hostpathplugin ;;
+    busybox) build_busybox ;;
+    dra) build_hostpathplugin; build_busybox ;;
+    *) log "unknown target $t (usher, pause, hostpathplugin, busybox, dra)"; exit 2 ;;
   esac
 done

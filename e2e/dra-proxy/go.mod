@@ -1,0 +1,3 @@
+module usher.invalid/dra-proxy
+
+go 1.22
