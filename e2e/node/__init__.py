@@ -18,6 +18,11 @@ as the containers it describes. Started by the harness on request only (`make re
   leaves it but to the host's end of the veth. The apiserver listens on the host's loopback only: a
   forwarder (`e2e.node.forward`) listens inside the namespace on the ``kubernetes`` Service's
   address 10.0.0.1:443, an address of the node itself, which is what pods and kubelet dial.
+- kubelet's root directory: ``/run/usher-kl-<4 hex>`` (`RealNode.kubelet_root`), not under the work
+  directory. DRA drivers' sockets live beneath it (``plugins/<driver>/dra-<pod uid>.sock``), and an
+  AF_UNIX path has at most 107 bytes: the DRA e2e specs' longest driver name leaves 18 characters
+  for the root. A lock on the directory (`e2e.node.roots.KubeletRoot`) tells a live node's root from one a killed
+  run left behind, which the next start unmounts and removes.
 - this machine: cgroup v1 with the cgroupfs driver (kubelet's ``failCgroupV1: false``, no QoS
   cgroups, no node allocatable enforcement); containerd's CRI with ``restrict_oom_score_adj``,
   since lowering oom_score_adj needs a capability the machine lacks (without it every sandbox fails
@@ -25,7 +30,7 @@ as the containers it describes. Started by the harness on request only (`make re
 
 `RealNode.start` brings it up and waits until the Node is Ready; `RealNode.stop` kills every
 container, stops containerd and kubelet, deletes the namespace (and with it the veth) and the
-cgroups, and unmounts what was mounted under the node's directory.
+cgroups, unmounts what was mounted under the node's directory and kubelet's root, and removes the root.
 """
 
 from __future__ import annotations
@@ -38,12 +43,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from e2e.controlplane import Component, ControlPlane, cache_dir, read_versions, write_kubeconfig
 from e2e.controlplane.processes import spawn, terminate
+from e2e.node.roots import KubeletRoot, unmount_under
 
 __all__ = ["KUBERNETES_SERVICE_IP", "RealNode", "apiserver_args", "node_binaries"]
 
@@ -174,9 +181,12 @@ class RealNode:
     binaries: NodeBinaries = field(default_factory=node_binaries)
     #: Taints the node registers with (kubelet's registerWithTaints).
     taints: tuple[dict[str, str], ...] = ()
+    #: kubelet's featureGates (none: the release's defaults).
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     index: int = 0
     components: list[Component] = field(default_factory=list)
     _netns_made: bool = False
+    _kubelet_root: KubeletRoot | None = None
 
     @property
     def netns(self) -> str:
@@ -204,6 +214,13 @@ class RealNode:
         return self.workdir / "containerd" / "containerd.sock"
 
     @property
+    def kubelet_root(self) -> Path:
+        """kubelet's ``--root-dir``, ``/run/usher-kl-<4 hex>``: the DRA e2e specs' ``--kubelet-root-dir``."""
+        if self._kubelet_root is None:
+            raise RuntimeError(f"the real node {self.name} has no kubelet root: it is not started")
+        return self._kubelet_root.path
+
+    @property
     def logs_dir(self) -> Path:
         return self.control_plane.logs_dir
 
@@ -226,16 +243,19 @@ class RealNode:
         name: str | None = None,
         images: tuple[Path, ...] = (),
         taints: tuple[dict[str, str], ...] = (),
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> RealNode:
         """Start the node, import the OCI archives ``images`` into its containerd, and wait until it is Ready.
 
         ``control_plane`` must have been started with `apiserver_args` of its work directory.
+        ``feature_gates`` go into kubelet's configuration as they are.
         """
         node = cls(
             control_plane=control_plane,
             name=name or f"real-node-{secrets.token_hex(3)}",
             workdir=_node_dir(control_plane.workdir),
             taints=taints,
+            feature_gates=dict(feature_gates or {}),
         )
         node.binaries.require()
         try:
@@ -246,6 +266,7 @@ class RealNode:
         return node
 
     def _start(self, images: tuple[Path, ...]) -> None:
+        self._kubelet_root = KubeletRoot.claim()
         for sub in ("containerd", "kubelet", "cni/net.d", "cni/ipam", "pod-logs", "pki"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         self._network()
@@ -329,6 +350,9 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
   restrict_oom_score_adj = true
   # Pod network namespaces under the state directory, not /var/run/netns: stop() finds them.
   netns_mounts_under_state_dir = true
+  # containerd's default, said out loud: the DRA test driver writes its CDI specs into the host's
+  # /var/run/cdi (its manifest's hostPath is fixed), and containers get devices from them.
+  cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -405,13 +429,15 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
             "registerWithTaints": list(self.taints),
             "localStorageCapacityIsolation": False,
         }
+        if self.feature_gates:
+            config["featureGates"] = dict(self.feature_gates)
         path = self.workdir / "kubelet" / "config.json"
         path.write_text(json.dumps(config, indent=2))
         return [
             str(self.binaries.kubelet),
             f"--config={path}",
             f"--kubeconfig={self.workdir / 'kubelet' / 'kubeconfig'}",
-            f"--root-dir={self.workdir / 'kubelet' / 'root'}",
+            f"--root-dir={self.kubelet_root}",
             f"--hostname-override={self.name}",
             f"--node-ip={self.node_ip}",
             "--v=2",
@@ -465,7 +491,8 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
     # ----------------------------------------------------------------- stop
 
     def stop(self) -> None:
-        """Stop kubelet, kill every container, stop containerd, and remove the namespace, mounts and cgroups."""
+        """Stop kubelet, kill every container, stop containerd, and remove the namespace, mounts, cgroups and
+        kubelet's root."""
         by_name = {c.name.removeprefix(f"{self.name}-"): c for c in self.components}
         if "kubelet" in by_name:
             terminate([by_name["kubelet"]], 10.0)
@@ -477,7 +504,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         terminate([c for c in self.components if c.alive()], 10.0)
         self.components = []
         self._kill_cgroups()
-        self._unmount()
+        unmount_under(self.workdir)
+        if self._kubelet_root is not None:
+            self._kubelet_root.release()
+            self._kubelet_root = None
         if self._netns_made:
             _run("ip", "netns", "delete", self.netns, check=False)
             self._netns_made = False
@@ -515,13 +545,6 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                     directory.rmdir()
             with contextlib.suppress(OSError):
                 top.rmdir()
-
-    def _unmount(self) -> None:
-        """Unmount everything mounted under the node's directory (overlays, volumes, pod namespaces), deepest first."""
-        prefix = str(self.workdir) + "/"
-        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-        for mount in sorted({m for m in mounts if m.startswith(prefix)}, key=len, reverse=True):
-            _run("umount", "--lazy", mount, check=False)
 
 
 def _image_names() -> dict[str, str]:
