@@ -204,7 +204,8 @@ class Needed:
     verbs: tuple[str, ...]
     symptom: str
     """unready: usher cannot list what it must cache; binding, condition, device, deallocation, event,
-    preemption, volume, podgroup: that write fails; lease: this instance never leads."""
+    preemption, volume, podgroup: that write fails; lease: this instance never leads; lease-create: a deleted
+    Lease is never re-created, so this instance never leads."""
 
     @property
     def key(self) -> tuple[str, frozenset[str], frozenset[str]]:
@@ -270,6 +271,9 @@ NEEDED = {
     ),
     "without events create no Scheduled event is recorded": Needed("ClusterRole", ("events",), ("create",), "event"),
     "without get/update of its own Lease usher never leads": Needed("Role", ("leases",), ("get", "update"), "lease"),
+    "without leases create a deleted Lease is never re-created": Needed(
+        "Role", ("leases",), ("create",), "lease-create"
+    ),
 }
 
 
@@ -323,6 +327,8 @@ def test_every_rule_of_the_charts_rbac_is_needed(
         rbac.replace_cluster_role(release.release, role)
     else:
         rbac.replace_namespaced_role(role.metadata.name, namespace, role)
+    if needed.symptom == "lease-create":  # deleted before usher starts: it waits a lease duration, then creates
+        kubernetes.client.CoordinationV1Api(core_api.api_client).delete_namespaced_lease(release.release, namespace)
     node = kwok_nodes("n", cpu="2")
     driver = Driver(core_api.api_client, f"{release.release}-gpu")
     cleanup: list[Callable[[], None]] = []
@@ -388,7 +394,7 @@ def test_every_rule_of_the_charts_rbac_is_needed(
             if needed.symptom == "deallocation":
                 (kept,) = claims_in(driver.resource, namespace)
                 assert [r["pool"] for r in kept["status"]["allocation"]["devices"]["results"]] == [elsewhere]
-            if needed.symptom == "lease":
+            if needed.symptom in ("lease", "lease-create"):
                 assert process.metric("leader_election_master_status", name=release.release) == 0
                 assert process.metric("scheduler_schedule_attempts_total") == 0
     finally:

@@ -1,6 +1,6 @@
 """The composition root: builds every part of a running usher and names every task.
 
-    connect -> metrics, API client, dispatcher, leader elector
+    connect -> metrics, API client, dispatcher, leader elector (on an API client of its own)
             -> discover the optional APIs (PodGroups and Workloads: gang support)
             -> build_scheduler: cache, DRA state, frameworks, queue, reporters,
                scheduling, pod-group and binding cycles, watch sink, loop
@@ -37,7 +37,7 @@ from usher.adapters.claims import DispatcherClaimWriter
 from usher.adapters.connecting import connect, kopf_connection_info
 from usher.adapters.dispatching import Dispatcher
 from usher.adapters.kubeapi import KubeApi
-from usher.adapters.leading import KubeLeases, LeaderElector, LeaseSettings
+from usher.adapters.leading import LEASE_CONNECTIONS, KubeLeases, LeaderElector, LeaseSettings
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.adapters.volumes import DispatcherVolumeWriter
@@ -416,8 +416,11 @@ async def run(options: RunOptions) -> None:
         stop.set()
 
     elector: LeaderElector | None = None
+    lease_api: KubeApi | None = None
     if options.lease is not None:
-        leases = KubeLeases(api, namespace=options.lease.namespace, name=options.lease.name)
+        # Renewals on connections of their own: bindings holding every connection of `api` cannot delay one.
+        lease_api = KubeApi(connection.async_config, connections=LEASE_CONNECTIONS)
+        leases = KubeLeases(lease_api, namespace=options.lease.namespace, name=options.lease.name)
         elector = LeaderElector(options.lease, leases, on_lost, clock=MonotonicClock(), recorder=metrics)
     dispatcher = Dispatcher(api, observer=metrics, leads=elector.holds if elector is not None else lambda: True)
     # DRADeviceTaintRules on implies DRADeviceTaints (parse_feature_gates refuses it otherwise).
@@ -553,6 +556,8 @@ async def run(options: RunOptions) -> None:
         await dispatcher.stop()
         await runner.cleanup()
         await api.close()
+        if lease_api is not None:  # after the release above
+            await lease_api.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     if lost:

@@ -50,9 +50,15 @@ class KubeApi:
     """``await api.request("POST", "/api/v1/...", body)`` -> ApiResult. Never raises on HTTP errors.
 
     Transport failures raise ``OSError`` (``ConnectionError``, ``ssl.SSLError``, aiohttp's errors through a
-    proxy) or ``TimeoutError``."""
+    proxy) or ``TimeoutError``.
 
-    def __init__(self, config: kubernetes.aio.client.Configuration, *, timeout: float = 30.0) -> None:
+    Each instance holds connections of its own, at most ``connections`` (the configuration's
+    ``connection_pool_maxsize`` when None), so calls on one never wait for another's; through a proxy, the
+    Kubernetes client's session is the instance's own too, with the configuration's limit."""
+
+    def __init__(
+        self, config: kubernetes.aio.client.Configuration, *, timeout: float = 30.0, connections: int | None = None
+    ) -> None:
         self._config = config
         self._timeout = timeout
         self._client: kubernetes.aio.client.ApiClient | None = None
@@ -71,7 +77,7 @@ class KubeApi:
             port=url.port or (443 if secure else 80),
             ssl_context=_ssl_context(config) if secure else None,
             server_hostname=config.tls_server_name or None,
-            limit=config.connection_pool_maxsize or 64,
+            limit=connections or config.connection_pool_maxsize or 64,
         )
 
     @property
