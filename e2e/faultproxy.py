@@ -59,11 +59,13 @@ class Fault:
 
 @dataclass
 class Stall:
-    """Hold every request matching ``method`` and ``path`` (a regex) unanswered until its client hangs up."""
+    """Hold every request matching ``method`` and ``path`` (a regex) unanswered until its client hangs up, or
+    with ``delay``, for that many seconds before sending it on."""
 
     method: str
     path: str
     stalled: int = 0
+    delay: float | None = None
 
 
 @dataclass
@@ -109,9 +111,10 @@ class FaultProxy:
     unclaimed: set[asyncio.Future[aiohttp.ClientResponse]] = field(default_factory=set)
     """Of those, the ones whose client hung up: their answer is logged, then released unread."""
 
-    def stall(self, method: str, path: str) -> Stall:
-        """Start holding matching requests (safe to call from the test's thread)."""
-        stall = Stall(method, path)
+    def stall(self, method: str, path: str, delay: float | None = None) -> Stall:
+        """Start holding matching requests, for ``delay`` seconds or until their client hangs up (safe to call
+        from the test's thread)."""
+        stall = Stall(method, path, delay=delay)
         self.stalls = [*self.stalls, stall]  # one assignment: the proxy's thread never sees a list mid-change
         return stall
 
@@ -137,6 +140,9 @@ class FaultProxy:
         for stall in self.stalls:
             if stall.method == request.method and re.search(stall.path, request.path):
                 stall.stalled += 1
+                if stall.delay is not None:
+                    await asyncio.sleep(stall.delay)
+                    break
                 self.seen[(request.method, request.path, 0)] += 1
                 await asyncio.get_running_loop().create_future()  # until the client hangs up (cancelled)
         chaos = self.chaos

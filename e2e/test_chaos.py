@@ -12,8 +12,8 @@ something real in the middle of it, and then reads the cluster back:
   the thing killed: then its successor is).
 
 Nothing here waits on a timing: each wait is for a condition read from the
-API server. The leader-election fault (a leader's Lease calls stalled) is
-``test_leader_fencing.py``; a plain-pod crash of usher mid-burst is
+API server. A leader stopped by SIGTERM mid-burst with a follower waiting is here; a
+leader's Lease calls stalled and a deleted Lease are ``test_leader_fencing.py``; a plain-pod crash of usher mid-burst is
 ``test_scheduling.py``'s ``test_a_crash_in_the_middle_of_a_burst_binds_every_pod_exactly_once``.
 """
 
@@ -30,9 +30,10 @@ import pytest
 import urllib3
 
 from e2e import faultproxy
-from e2e.controlplane import Cluster, RestartableControlPlane, wait_for
+from e2e.controlplane import Cluster, ControlPlane, RestartableControlPlane, wait_for
 from e2e.dra_driver import Driver, claim_template
 from e2e.test_dra import claim_pod, claims_in
+from e2e.test_leader_fencing import two_replicas
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, pods_in, scheduled_events
 from e2e.usher_process import UsherProcess
 
@@ -243,3 +244,48 @@ def test_bindings_whose_answers_are_lost_bind_once_and_keep_their_claims_reserve
             assert_consistent(core_api, driver, namespace, nodes, scheduler.scheduler_name, total)
             assert scheduler.metric("scheduler_schedule_attempts_total", result="error") == 0
             healthy(scheduler)
+
+
+#: The write calls a leader makes for a pod with a claim: its claim's allocation and reservation, its binding.
+SCHEDULING_WRITES = r"^/apis/resource\.k8s\.io/v1/namespaces/[^/]+/resourceclaims/[^/]+(/status)?$|" + BINDING[1:]
+
+
+def test_a_leader_stopped_by_sigterm_mid_dra_burst_writes_nothing_once_the_follower_can_lead(
+    control_plane: ControlPlane,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    driver: Driver,
+    test_id: str,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM stops the leader's loop, lets its binding cycles finish, drains every write and only then releases
+    the Lease (usher.scheduling.stopping): every write of any kind from the old leader was answered before the new
+    leader's first claim or binding write reached the API server, and the burst ends with each pod bound once,
+    each device allocated once and each claim reserved for its bound pod."""
+    total = 40
+    nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
+    with two_replicas(control_plane, core_api, namespace, test_id, tmp_path) as pair:
+        burst = Burst(core_api, namespace, pair.scheduler, driver, total)
+        burst.create(total // 2)
+        wait_for(lambda: burst.bound() >= 6, 60, "the first pods bound")
+        # The leader's claim writes and bindings now take 2 s to reach the API server: SIGTERM finds some in
+        # flight, which must all be answered before the Lease is released.
+        held = [pair.leader_proxy.stall(method, SCHEDULING_WRITES, delay=2.0) for method in ("PUT", "PATCH", "POST")]
+        burst.create(4)
+        wait_for(lambda: sum(s.stalled for s in held) >= 2, 30, "writes in flight")
+        assert pair.leader.terminate() == 0, "a clean shutdown"
+        burst.create(total - total // 2 - 4)
+        wait_for(lambda: burst.bound() == total, 120, "every pod bound, the last ones by the new leader")
+        old = [e for e in pair.leader_proxy.exchanges if e.method != "GET"]
+        new = [
+            e for method in ("PUT", "PATCH", "POST") for e in pair.follower_proxy.answered(method, SCHEDULING_WRITES)
+        ]
+        assert old and new, "both replicas wrote"
+        last_old, first_new = max(e.answered for e in old), min(e.arrived for e in new)
+        assert last_old < first_new, (
+            f"the old leader's last write was answered {last_old - first_new:.3f}s after the new leader's first "
+            "claim or binding write reached the API server"
+        )
+        assert "released lease" in pair.leader.log_path.read_text(), "the Lease was released after the drain"
+        assert_consistent(core_api, driver, namespace, nodes, pair.scheduler, total)

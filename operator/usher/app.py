@@ -75,6 +75,7 @@ from usher.scheduling.ports import ApiWriter, SchedulingRecorder
 from usher.scheduling.preemption import Evictions, Preemptor
 from usher.scheduling.scheduler import Scheduler
 from usher.scheduling.scheduling_cycle import SchedulingCycle
+from usher.scheduling.stopping import stop_writing
 from usher.scheduling.waiting_pods import WaitingPods
 
 logger = logging.getLogger(__name__)
@@ -538,21 +539,20 @@ async def run(options: RunOptions) -> None:
         if reconcile_task is not None:
             reconcile_task.cancel()
         stop_task.cancel()
-        if leader_task is not None:
-            leader_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop_task
-        if elector is not None and not lost:
-            # Give the Lease up first (kube-scheduler's ReleaseOnCancel), so a follower takes over within a
-            # retry period rather than the lease duration. Releasing clears `holds()`: from here no binding
-            # leaves this instance, so nothing is bound by two leaders; the rest of the queue still drains.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(elector.release(), 5.0)
+        # The elector keeps renewing meanwhile: every write leaves (or is dropped) before the Lease is released,
+        # in usher.scheduling.stopping's order, which is the fencing argument of a shutdown.
+        with contextlib.suppress(Exception):
+            await stop_writing(
+                bindings=scheduler.loop.bindings_in_flight(), writes=dispatcher, lease=elector, lost=lost
+            )
+        if leader_task is not None:
+            leader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await leader_task
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(operator_task, timeout=10)
-        if not lost:  # a lost lease stops everything at once: no queued binding goes out any more
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(dispatcher.drained(), 5.0)
         await dispatcher.stop()
         await runner.cleanup()
         await api.close()

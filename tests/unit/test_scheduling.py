@@ -607,3 +607,49 @@ async def test_a_failed_binding_frees_its_room_for_the_pods_it_kept_out(harness:
     harness.clock.advance(1)  # small's backoff
     harness.nodes("n1")  # wakes the loop; no cluster event
     await harness.until(lambda: ("default/small", "n1") in harness.binder.calls, "small is bound where big was")
+
+
+@pytest.mark.parametrize("phase", ["PreBind", "Bind"])
+async def test_a_binding_cycle_cancelled_at_shutdown_rolls_back_only_before_bind(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """Cancelled before Bind, the cycle unreserves and forgets the assumed pod (its rollback writes drain before
+    the Lease is released); cancelled in Bind, the binding is the dispatcher's, and rolling back beside a binding
+    that may still land would leave a bound pod without what it reserved."""
+    from usher.core.framework.runtime import Framework
+
+    held = asyncio.Event()
+    unreserved: list[str] = []
+    real_unreserve = Framework.run_unreserve
+
+    async def waiting_pre_bind(self: Framework, state: Any, pod: PodInfo, node: NodeName) -> Status:
+        if phase == "PreBind":
+            held.set()
+            await asyncio.Event().wait()
+        return Status()
+
+    async def waiting_bind(pod: PodInfo, node: NodeName) -> Status:
+        held.set()
+        await asyncio.Event().wait()
+        return Status()
+
+    def recording_unreserve(self: Framework, state: Any, pod: PodInfo, node: NodeName) -> None:
+        unreserved.append(pod.key)
+        real_unreserve(self, state, pod, node)
+
+    monkeypatch.setattr(Framework, "run_pre_bind", waiting_pre_bind)
+    monkeypatch.setattr(Framework, "run_unreserve", recording_unreserve)
+    harness.binder.bind = waiting_bind  # type: ignore[method-assign]
+    harness.nodes("n1")
+    key = harness.pod(make_pod().name("p").req(cpu="1").obj())
+    await harness.until(held.is_set, f"the cycle waits in {phase}")
+    [task] = harness.scheduler.loop.bindings_in_flight()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    if phase == "PreBind":
+        assert unreserved == [key]
+        assert not harness.scheduler.cache.is_assumed(key)
+    else:
+        assert unreserved == []
+        assert harness.scheduler.cache.is_assumed(key), "the binding may still land: the assumption stays"

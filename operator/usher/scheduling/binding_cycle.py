@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from usher.core.cache import Cache
 from usher.core.clock import Clock
@@ -37,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 NOT_RETRIED = frozenset({Cause.POD_NOT_FOUND})
 """Binding failures after which the pod is not queued again: the watch delivers its fate."""
+
+
+@dataclass(slots=True)
+class _Progress:
+    binding: bool = False
+    """Bind has started: the binding call is the dispatcher's now."""
 
 
 class BindingCycle:
@@ -68,6 +75,21 @@ class BindingCycle:
         self._timer = timer
 
     async def run(self, assumed: Assumed) -> None:
+        """The binding cycle of one assumed pod. Cancelled (usher stopping) before Bind, it rolls back as a failed
+        one does (Unreserve: confirmed claim reservations removed, in-flight allocations released) and forgets the
+        assumption; cancelled during Bind, it leaves the binding to the dispatcher, which sends it or not: a
+        rollback racing a binding that still lands would leave a bound pod without its claims."""
+        progress = _Progress()
+        try:
+            await self._run(assumed, progress)
+        except asyncio.CancelledError:
+            if not progress.binding:
+                pod = assumed.queued.pod
+                assumed.framework.run_unreserve(assumed.state, pod, assumed.node)
+                self._cache.forget(pod)
+            raise
+
+    async def _run(self, assumed: Assumed, progress: _Progress) -> None:
         pod = assumed.queued.pod
         framework, state, node = assumed.framework, assumed.state, assumed.node
         status = Status()
@@ -95,6 +117,7 @@ class BindingCycle:
                 if gang.failed_member != pod.key and gang.outcome is not None:
                     status = gang.outcome  # rejected at Permit because another member failed
         if status.ok:
+            progress.binding = True
             status = await framework.run_bind(state, pod, node)
         if status.ok:
             self._queue.done(assumed.queued, node)

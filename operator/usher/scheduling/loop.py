@@ -82,6 +82,10 @@ class SchedulingLoop:
         """Binding cycles still running."""
         return len(self._binding_tasks)
 
+    def bindings_in_flight(self) -> list[asyncio.Task[None]]:
+        """The binding cycles still running (usher.scheduling.stopping waits for them at shutdown)."""
+        return list(self._binding_tasks)
+
     async def run(self) -> None:
         """Schedule pods until cancelled."""
         await self._synced.wait()
