@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -124,27 +125,51 @@ def _explain(pod: str, address: str, as_json: bool) -> int:
 
 
 def _lease(args: argparse.Namespace, config: Any) -> Any:
-    """Leader election settings: the config file's leaderElection, with explicit flags winning."""
+    """Leader election settings: the config file's leaderElection, with explicit flags winning; the result is
+    checked once, each setting named by the flag or the field it came from."""
     from usher.adapters.leading import LeaseSettings, default_namespace
-    from usher.config import ConfigError
+    from usher.config import check_leader_election
 
     section = config.leader_election
     enabled = section.leader_elect if args.leader_elect is None else args.leader_elect
     if not enabled:
         return None
-    settings = LeaseSettings(
-        name=args.leader_elect_resource_name or section.resource_name or config.scheduler_names[0],
-        namespace=args.leader_elect_resource_namespace or section.resource_namespace or default_namespace(),
-        lease_duration=args.leader_elect_lease_duration or section.lease_duration,
-        renew_deadline=args.leader_elect_renew_deadline or section.renew_deadline,
-        retry_period=args.leader_elect_retry_period or section.retry_period,
+
+    def chosen(flag: str, given: Any, field: str, value: Any) -> tuple[str, Any]:
+        return (flag, given) if given is not None else (f"leaderElection.{field}", value)
+
+    name = chosen(
+        "--leader-elect-resource-name", args.leader_elect_resource_name, "resourceName", section.resource_name
     )
-    if not settings.lease_duration > settings.renew_deadline > settings.retry_period * 1.2:
-        raise ConfigError(
-            "--leader-elect-*: need lease duration > renew deadline > 1.2 x retry period, got "
-            f"{settings.lease_duration:g}s, {settings.renew_deadline:g}s, {settings.retry_period:g}s"
-        )
-    return settings
+    namespace = chosen(
+        "--leader-elect-resource-namespace",
+        args.leader_elect_resource_namespace,
+        "resourceNamespace",
+        section.resource_namespace,
+    )
+    lease_duration = chosen(
+        "--leader-elect-lease-duration", args.leader_elect_lease_duration, "leaseDuration", section.lease_duration
+    )
+    renew_deadline = chosen(
+        "--leader-elect-renew-deadline", args.leader_elect_renew_deadline, "renewDeadline", section.renew_deadline
+    )
+    retry_period = chosen(
+        "--leader-elect-retry-period", args.leader_elect_retry_period, "retryPeriod", section.retry_period
+    )
+    check_leader_election(
+        name=name,
+        namespace=namespace,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+    )
+    return LeaseSettings(
+        name=name[1] or config.scheduler_names[0],
+        namespace=namespace[1] or default_namespace(),
+        lease_duration=lease_duration[1],
+        renew_deadline=renew_deadline[1],
+        retry_period=retry_period[1],
+    )
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -155,12 +180,14 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     """
     from usher.adapters.serving import parse_bind_address
     from usher.app import RunOptions
-    from usher.config import ConfigError, default_config, load_config
+    from usher.config import ConfigError, check_scheduler_name, default_config, load_config
     from usher.core.plugins.registry import in_tree_registry
     from usher.features import parse_feature_gates
 
     if args.config and args.scheduler_name:
         raise ConfigError("--scheduler-name: set schedulerName in the --config profiles instead")
+    if args.scheduler_name is not None:
+        check_scheduler_name(args.scheduler_name, "--scheduler-name")
     if args.metrics_bind_address is not None:
         parse_bind_address(args.metrics_bind_address)
     config = (
@@ -174,8 +201,9 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     except ValueError as exc:
         raise ConfigError(f"metricsBindAddress: expected HOST:PORT, got {metrics_bind_address!r}") from exc
     gates = parse_feature_gates(args.feature_gates)
-    if args.pre_enqueue_status_delay < 0:
-        raise ConfigError("--pre-enqueue-status-delay: must be >= 0")
+    delay = args.pre_enqueue_status_delay
+    if not 0 <= delay < math.inf:
+        raise ConfigError(f"--pre-enqueue-status-delay: must be a finite number of seconds >= 0, got {delay!r}")
     return RunOptions(
         config=config,
         gates=gates,

@@ -16,7 +16,10 @@ kube-scheduler checks it, so its configuration files load unchanged:
   ``enableContentionProfiling``, ``delayCacheUntilActive``, and the args of
   kube-scheduler plugins usher does not implement;
 - refused: non-empty ``extenders``, enabling a plugin usher does not
-  implement, unknown fields and plugins, bad values.
+  implement, unknown fields and plugins, bad values: as kube-scheduler
+  refuses them, and every number finite and within its Go type (int32,
+  int64, float32), every duration within Go's, scheduler names DNS-1123
+  subdomains.
 
 Every refusal is a ``ConfigError`` whose message starts with the field's
 path (``profiles[0].plugins.score.enabled[1].weight``); plugin args are
@@ -25,6 +28,7 @@ checked here too (by building each profile once, without a cluster).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,7 +146,17 @@ _LEADER_FIELDS = {
     "resourceNamespace",
 }
 _CLIENT_FIELDS = {"kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"}
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_DNS1123_SUBDOMAIN_MAX = 253
+_DNS1123_LABEL_MAX = 63
+_INT32 = 2**31
+_INT64 = 2**63
+_FLOAT32_MAX = 3.4028234663852886e38
+LEASE_JITTER = 1.2
+"""client-go's JitterFactor: the renew deadline must exceed the retry period times this."""
+MAX_LEASE_SECONDS = _INT32 - 1
+"""The Lease records its duration in whole seconds, an int32 (``spec.leaseDurationSeconds``)."""
 
 _NO_PROFILING = "usher serves no profiling endpoints"
 _IGNORED_TOP = {
@@ -204,10 +218,21 @@ def parse_config(data: Any, *, registry: Registry) -> SchedulerConfig:
             "or leave the pods that need them to kube-scheduler"
         )
     percentage = _percentage(top.get("percentageOfNodesToScore", 0), "percentageOfNodesToScore")
-    initial = _number(top.get("podInitialBackoffSeconds", 1), "podInitialBackoffSeconds", minimum=1)
-    maximum = _number(top.get("podMaxBackoffSeconds", 10), "podMaxBackoffSeconds", minimum=1)
-    if maximum < initial:
-        raise ConfigError(f"podMaxBackoffSeconds: must be >= podInitialBackoffSeconds ({initial:g}), got {maximum:g}")
+    # int64 seconds in kube-scheduler: an integer, > 0, and the maximum no shorter than the initial backoff.
+    initial = _integer(
+        top.get("podInitialBackoffSeconds", 1),
+        "podInitialBackoffSeconds",
+        minimum=1,
+        message="must be an integer greater than 0",
+        bits=64,
+    )
+    maximum = _integer(
+        top.get("podMaxBackoffSeconds", 10),
+        "podMaxBackoffSeconds",
+        minimum=initial,
+        message=f"must be an integer greater than or equal to podInitialBackoffSeconds ({initial})",
+        bits=64,
+    )
     client_connection = _client_connection(top.get("clientConnection"), "clientConnection", ignored)
     leader_election = _leader_election(top.get("leaderElection"), "leaderElection")
     raw_profiles = top.get("profiles")
@@ -229,8 +254,8 @@ def parse_config(data: Any, *, registry: Registry) -> SchedulerConfig:
     return SchedulerConfig(
         profiles=profiles,
         percentage_of_nodes_to_score=percentage if percentage is not None else 0,
-        pod_initial_backoff_seconds=initial,
-        pod_max_backoff_seconds=maximum,
+        pod_initial_backoff_seconds=float(initial),
+        pod_max_backoff_seconds=float(maximum),
         leader_election=leader_election,
         client_connection=client_connection,
         metrics_bind_address=top.get("metricsBindAddress"),
@@ -240,9 +265,7 @@ def parse_config(data: Any, *, registry: Registry) -> SchedulerConfig:
 
 def _profile(raw: Any, path: str, registry: Registry, ignored: list[IgnoredField]) -> ProfileConfig:
     data = _object(raw, path, _PROFILE_FIELDS)
-    name = data.get("schedulerName")
-    if not isinstance(name, str) or not name or len(name) > 63 or not _DNS1123.match(name):
-        raise ConfigError(f"{path}.schedulerName: must be a DNS-1123 name, got {name!r}")
+    name = check_scheduler_name(data.get("schedulerName"), f"{path}.schedulerName")
     plugins: dict[str, PluginList] = {}
     raw_plugins = _mapping(data.get("plugins") or {}, f"{path}.plugins")
     for point, lists in raw_plugins.items():
@@ -272,6 +295,7 @@ def _profile(raw: Any, path: str, registry: Registry, ignored: list[IgnoredField
             raise ConfigError(f"{entry_path}.name: {plugin} configured twice")
         configured.add(plugin)
         args = _mapping(entry_map.get("args") or {}, f"{entry_path}.args")
+        _check_numbers(args, f"{entry_path}.args")
         if plugin in registry:
             plugin_config[plugin] = PluginArgs(args, entry_path)
         else:
@@ -333,9 +357,85 @@ def _leader_election(raw: Any, path: str) -> LeaderElectionConfig:
         resource_name=_string(data.get("resourceName", ""), f"{path}.resourceName"),
         resource_namespace=_string(data.get("resourceNamespace", ""), f"{path}.resourceNamespace"),
     )
-    if not config.lease_duration > config.renew_deadline > config.retry_period:
-        raise ConfigError(f"{path}: leaseDuration > renewDeadline > retryPeriod must hold")
+    if config.leader_elect:
+        # As kube-scheduler, only when leader election is on; `--leader-elect` turning it on checks the result.
+        check_leader_election(
+            name=(f"{path}.resourceName", config.resource_name),
+            namespace=(f"{path}.resourceNamespace", config.resource_namespace),
+            lease_duration=(f"{path}.leaseDuration", config.lease_duration),
+            renew_deadline=(f"{path}.renewDeadline", config.renew_deadline),
+            retry_period=(f"{path}.retryPeriod", config.retry_period),
+        )
     return config
+
+
+def check_leader_election(
+    *,
+    name: tuple[str, str],
+    namespace: tuple[str, str],
+    lease_duration: tuple[str, float],
+    renew_deadline: tuple[str, float],
+    retry_period: tuple[str, float],
+) -> None:
+    """Leader election's settings, each ``(where it was set, value)``: a field of the file or a flag.
+
+    The timings as kube-scheduler refuses them (component-base's
+    ValidateLeaderElectionConfiguration, then client-go's NewLeaderElector):
+    each finite and greater than zero, ``leaseDuration > renewDeadline >
+    1.2 x retryPeriod``; the lease duration also fits the Lease's int32
+    ``leaseDurationSeconds``. The Lease's name must be a DNS-1123 subdomain
+    and its namespace a DNS-1123 label (empty: usher's defaults).
+    """
+    for where, seconds in (lease_duration, renew_deadline, retry_period):
+        if not math.isfinite(seconds):
+            raise ConfigError(f"{where}: must be a finite duration, got {_seconds(seconds)}")
+        if seconds <= 0:
+            raise ConfigError(f"{where}: must be greater than zero, got {_seconds(seconds)}")
+    (lease, lease_s), (renew, renew_s), (retry, retry_s) = lease_duration, renew_deadline, retry_period
+    if lease_s > MAX_LEASE_SECONDS:
+        raise ConfigError(
+            f"{lease}: must be at most {MAX_LEASE_SECONDS}s (the Lease's leaseDurationSeconds is an int32), "
+            f"got {_seconds(lease_s)}"
+        )
+    if lease_s <= renew_s:
+        raise ConfigError(f"{lease}: must be greater than {renew} ({_seconds(renew_s)}), got {_seconds(lease_s)}")
+    if renew_s <= LEASE_JITTER * retry_s:
+        raise ConfigError(
+            f"{renew}: must be greater than {retry} x {LEASE_JITTER:g} ({_seconds(LEASE_JITTER * retry_s)}), "
+            f"got {_seconds(renew_s)}"
+        )
+    where, value = name
+    if value and not _is_dns1123_subdomain(value):
+        raise ConfigError(f"{where}: the Lease's name must be a DNS-1123 subdomain ({_SUBDOMAIN_RULE}), got {value!r}")
+    where, value = namespace
+    if value and (len(value) > _DNS1123_LABEL_MAX or not re.fullmatch(_DNS1123_LABEL, value)):
+        raise ConfigError(
+            f"{where}: must be a DNS-1123 label (lower case alphanumeric characters or '-', starting and ending "
+            f"with an alphanumeric character, at most {_DNS1123_LABEL_MAX} characters), got {value!r}"
+        )
+
+
+_SUBDOMAIN_RULE = (
+    "lower case alphanumeric characters, '-' or '.', each dot-separated part starting and ending with an "
+    f"alphanumeric character, at most {_DNS1123_SUBDOMAIN_MAX} characters"
+)
+
+
+def check_scheduler_name(name: Any, where: str) -> str:
+    """A scheduler name (``profiles[].schedulerName``, ``--scheduler-name``): a DNS-1123 subdomain, as every object
+    name; it is also the default name of the leader-election Lease."""
+    if not isinstance(name, str) or not _is_dns1123_subdomain(name):
+        raise ConfigError(f"{where}: must be a DNS-1123 subdomain ({_SUBDOMAIN_RULE}), got {name!r}")
+    return name
+
+
+def _is_dns1123_subdomain(value: str) -> bool:
+    """apimachinery's IsDNS1123Subdomain."""
+    return 0 < len(value) <= _DNS1123_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:g}s" if math.isfinite(seconds) else repr(seconds)
 
 
 def _client_connection(raw: Any, path: str, ignored: list[IgnoredField]) -> ClientConnectionConfig:
@@ -346,7 +446,7 @@ def _client_connection(raw: Any, path: str, ignored: list[IgnoredField]) -> Clie
         if name in data:
             _string(data[name], f"{path}.{name}")
     if "qps" in data:
-        _number(data["qps"], f"{path}.qps", minimum=float("-inf"))
+        _float32(data["qps"], f"{path}.qps")
     if "burst" in data:
         _integer(data["burst"], f"{path}.burst", minimum=0, message="must be non-negative")
     ignored.extend(IgnoredField(f"{path}.{name}", reason) for name, reason in _IGNORED_CLIENT.items() if name in data)
@@ -384,7 +484,11 @@ def _boolean(value: Any, path: str) -> bool:
     return value
 
 
-def _integer(value: Any, path: str, *, minimum: int, maximum: int | None = None, message: str) -> int:
+def _integer(value: Any, path: str, *, minimum: int, maximum: int | None = None, message: str, bits: int = 32) -> int:
+    """An integer field of kube-scheduler's configuration: ``message`` says what it must be. A whole float (YAML's
+    ``2.0``) counts, as in kube-scheduler's decoding; a value its Go type (int``bits``) cannot hold does not."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
     if (
         not isinstance(value, int)
         or isinstance(value, bool)
@@ -392,6 +496,8 @@ def _integer(value: Any, path: str, *, minimum: int, maximum: int | None = None,
         or (maximum is not None and value > maximum)
     ):
         raise ConfigError(f"{path}: {message}, got {value!r}")
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise ConfigError(f"{path}: out of range for an int{bits}, got {value!r}")
     return value
 
 
@@ -401,15 +507,32 @@ def _percentage(value: Any, path: str) -> int | None:
     return _integer(value, path, minimum=0, maximum=100, message="must be an integer in 0..100")
 
 
-def _number(value: Any, path: str, *, minimum: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < minimum:
-        bound = f" >= {minimum:g}" if minimum > float("-inf") else ""
-        raise ConfigError(f"{path}: must be a number{bound}, got {value!r}")
+def _float32(value: Any, path: str) -> float:
+    """A float32 field (``clientConnection.qps``): finite, as JSON writes every number, and in float32's range."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ConfigError(f"{path}: must be a number, got {value!r}")
+    if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
+        raise ConfigError(f"{path}: must be a finite number within float32's range, got {value!r}")
     return float(value)
 
 
+def _check_numbers(value: Any, path: str) -> None:
+    """Every number in plugin args is one JSON can write and Go can decode: a finite float, an integer within int64
+    (kube-scheduler's Args have no wider field). Each plugin then checks its own ranges."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_numbers(item, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{path}: must be a finite number, got {value!r}")
+    elif isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+        raise ConfigError(f"{path}: out of range for an int64, got {value!r}")
+
+
 def _duration(value: Any, path: str) -> float:
-    """A Go duration (``15s``, ``1m30s``, ``500ms``) in seconds."""
+    """A Go duration (``15s``, ``1m30s``, ``500ms``) in seconds; its range is the caller's to check."""
     seconds = go_duration(value)
     if seconds is None:
         raise ConfigError(f"{path}: must be a duration like '15s' or '1m30s', got {value!r}")

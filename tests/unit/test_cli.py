@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from usher.__main__ import _parser, run_options
+from usher.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,8 +50,25 @@ def usher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         (("--feature-gates", "NoSuchGate=true"), "unknown feature gate 'NoSuchGate'"),
         (("--config", "/nonexistent/usher.yaml"), "--config /nonexistent/usher.yaml: No such file"),
         (("--metrics-bind-address", "nowhere"), "--metrics-bind-address 'nowhere': expected HOST:PORT"),
+        (
+            ("--leader-elect", "--leader-elect-retry-period", "-1"),
+            "usher: invalid configuration: --leader-elect-retry-period: must be greater than zero, got -1s",
+        ),
+        (
+            ("--leader-elect", "--leader-elect-lease-duration", "inf"),
+            "usher: invalid configuration: --leader-elect-lease-duration: must be a finite duration, got inf",
+        ),
+        (("--scheduler-name", "Usher"), "usher: invalid configuration: --scheduler-name: must be a DNS-1123 subdomain"),
     ],
-    ids=["invalid gate combination", "unknown gate", "missing config", "bad bind address"],
+    ids=[
+        "invalid gate combination",
+        "unknown gate",
+        "missing config",
+        "bad bind address",
+        "negative retry period",
+        "infinite lease duration",
+        "bad scheduler name",
+    ],
 )
 def test_invalid_start_up_options_stop_usher_with_a_message(args: tuple[str, ...], message: str) -> None:
     result = usher("--kubeconfig", "/dev/null", *args)
@@ -75,6 +95,22 @@ def test_invalid_start_up_options_stop_usher_with_a_message(args: tuple[str, ...
             "metricsBindAddress: nowhere\n",
             "usher: invalid configuration: metricsBindAddress: expected HOST:PORT, got 'nowhere'",
             id="bad metricsBindAddress",
+        ),
+        pytest.param(
+            "podInitialBackoffSeconds: .nan\n",
+            "usher: invalid configuration: podInitialBackoffSeconds: must be an integer greater than 0, got nan",
+            id="nan podInitialBackoffSeconds",
+        ),
+        pytest.param(
+            "leaderElection: {leaderElect: true, retryPeriod: 0s}\n",
+            "usher: invalid configuration: leaderElection.retryPeriod: must be greater than zero, got 0s",
+            id="zero retryPeriod",
+        ),
+        pytest.param(
+            "profiles:\n- schedulerName: usher\n  pluginConfig:\n  - name: DynamicResources\n"
+            "    args: {filterTimeout: -1s}\n",
+            "usher: invalid configuration: profiles[0].pluginConfig[0].args.filterTimeout: must be zero or positive",
+            id="negative filterTimeout",
         ),
     ],
 )
@@ -134,6 +170,140 @@ def test_the_config_files_kubeconfig_and_metrics_address_are_defaults_for_the_fl
     tmp_path: Path, config: str, flags: tuple[str, ...], expected: tuple[str | None, str]
 ) -> None:
     assert options(tmp_path, config, *flags) == expected
+
+
+def lease(config: str | None, *flags: str, tmp_path: Path) -> Any:
+    """The leader-election settings ``usher run`` would use with this --config file (None: no file) and flags."""
+    arguments = ["run", *flags]
+    if config is not None:
+        (tmp_path / "usher.yaml").write_text(HEADER + config)
+        arguments += ["--config", str(tmp_path / "usher.yaml")]
+    return run_options(_parser().parse_args(arguments)).lease
+
+
+ON = "leaderElection: {leaderElect: true}\n"
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "message"),
+    [
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-retry-period", "0"),
+            "--leader-elect-retry-period: must be greater than zero, got 0s",
+            id="--leader-elect-retry-period zero (was taken as unset)",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-retry-period", "-1"),
+            "--leader-elect-retry-period: must be greater than zero, got -1s",
+            id="--leader-elect-retry-period negative",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-retry-period", "nan"),
+            "--leader-elect-retry-period: must be a finite duration, got nan",
+            id="--leader-elect-retry-period nan",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-renew-deadline", "-5"),
+            "--leader-elect-renew-deadline: must be greater than zero, got -5s",
+            id="--leader-elect-renew-deadline negative",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-lease-duration", "inf"),
+            "--leader-elect-lease-duration: must be a finite duration, got inf",
+            id="--leader-elect-lease-duration infinite",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-lease-duration", "3e9"),
+            "--leader-elect-lease-duration: must be at most 2147483647s",
+            id="--leader-elect-lease-duration beyond the Lease's int32",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-lease-duration", "10"),
+            "--leader-elect-lease-duration: must be greater than leaderElection.renewDeadline (10s), got 10s",
+            id="--leader-elect-lease-duration not above the renew deadline",
+        ),
+        pytest.param(
+            "leaderElection: {leaderElect: true, retryPeriod: 3s}\n",
+            ("--leader-elect-renew-deadline", "3.5"),
+            "--leader-elect-renew-deadline: must be greater than leaderElection.retryPeriod x 1.2 (3.6s), got 3.5s",
+            id="--leader-elect-renew-deadline against the file's retryPeriod",
+        ),
+        pytest.param(
+            "leaderElection: {retryPeriod: -1s}\n",
+            ("--leader-elect",),
+            "leaderElection.retryPeriod: must be greater than zero, got -1s",
+            id="leaderElection.retryPeriod of an election --leader-elect turns on",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-resource-name", "Usher"),
+            "--leader-elect-resource-name: the Lease's name must be a DNS-1123 subdomain",
+            id="--leader-elect-resource-name",
+        ),
+        pytest.param(
+            None,
+            ("--leader-elect", "--leader-elect-resource-namespace", "usher.system"),
+            "--leader-elect-resource-namespace: must be a DNS-1123 label",
+            id="--leader-elect-resource-namespace",
+        ),
+        pytest.param(
+            None,
+            ("--scheduler-name", "usher\n"),
+            "--scheduler-name: must be a DNS-1123 subdomain",
+            id="--scheduler-name with a trailing newline",
+        ),
+        pytest.param(
+            None,
+            ("--scheduler-name", "usher_packed"),
+            "--scheduler-name: must be a DNS-1123 subdomain",
+            id="--scheduler-name with an underscore",
+        ),
+        pytest.param(
+            None,
+            ("--pre-enqueue-status-delay", "nan"),
+            "--pre-enqueue-status-delay: must be a finite number of seconds >= 0, got nan",
+            id="--pre-enqueue-status-delay nan",
+        ),
+        pytest.param(
+            None,
+            ("--pre-enqueue-status-delay", "inf"),
+            "--pre-enqueue-status-delay: must be a finite number of seconds >= 0, got inf",
+            id="--pre-enqueue-status-delay infinite",
+        ),
+        pytest.param(
+            None,
+            ("--pre-enqueue-status-delay", "-1"),
+            "--pre-enqueue-status-delay: must be a finite number of seconds >= 0, got -1.0",
+            id="--pre-enqueue-status-delay negative",
+        ),
+    ],
+)
+def test_bad_start_up_flags_are_refused_naming_the_flag_or_field(
+    tmp_path: Path, config: str | None, flags: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        lease(config, *flags, tmp_path=tmp_path)
+
+
+def test_leader_election_flags_win_over_the_file_and_zero_is_a_value(tmp_path: Path) -> None:
+    settings = lease(
+        ON + "profiles: [{schedulerName: usher.example.com}]\n",
+        "--leader-elect-lease-duration=30",
+        "--leader-elect-renew-deadline=20",
+        "--leader-elect-retry-period=0.5",
+        "--leader-elect-resource-namespace=usher-system",
+        tmp_path=tmp_path,
+    )
+    assert (settings.name, settings.namespace) == ("usher.example.com", "usher-system")
+    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (30, 20, 0.5)
+    assert lease(ON, "--no-leader-elect", "--leader-elect-retry-period=-1", tmp_path=tmp_path) is None
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])

@@ -247,7 +247,7 @@ def test_null_fields_are_unset_as_in_kube_scheduler() -> None:
         ),
         pytest.param(
             "profiles: [{schedulerName: Usher_1}]",
-            "profiles[0].schedulerName: must be a DNS-1123 name",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
             id="bad scheduler name",
         ),
         pytest.param(
@@ -291,11 +291,13 @@ def test_null_fields_are_unset_as_in_kube_scheduler() -> None:
             id="percentage over 100",
         ),
         pytest.param(
-            "podInitialBackoffSeconds: 0", "podInitialBackoffSeconds: must be a number >= 1", id="zero backoff"
+            "podInitialBackoffSeconds: 0",
+            "podInitialBackoffSeconds: must be an integer greater than 0, got 0",
+            id="zero backoff",
         ),
         pytest.param(
             "podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2",
-            "podMaxBackoffSeconds: must be >=",
+            "podMaxBackoffSeconds: must be an integer greater than or equal to podInitialBackoffSeconds (5), got 2",
             id="max below initial",
         ),
         pytest.param(
@@ -378,6 +380,222 @@ def test_null_fields_are_unset_as_in_kube_scheduler() -> None:
 def test_invalid_configuration_is_refused_when_parsed_naming_the_field(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         parse(text)
+
+
+LEADING = "leaderElection: {leaderElect: true, "
+"""The start of a leaderElection section that turns leader election on (its timings are only checked then)."""
+ARGS = "profiles: [{schedulerName: a, pluginConfig: [{name: "
+"""The start of a profile with one plugin's args."""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "podInitialBackoffSeconds: .nan",
+            "podInitialBackoffSeconds: must be an integer greater than 0, got nan",
+            id="podInitialBackoffSeconds nan",
+        ),
+        pytest.param(
+            "podInitialBackoffSeconds: .inf",
+            "podInitialBackoffSeconds: must be an integer greater than 0, got inf",
+            id="podInitialBackoffSeconds infinite",
+        ),
+        pytest.param(
+            "podInitialBackoffSeconds: -1",
+            "podInitialBackoffSeconds: must be an integer greater than 0, got -1",
+            id="podInitialBackoffSeconds negative",
+        ),
+        pytest.param(
+            "podInitialBackoffSeconds: 1.5",
+            "podInitialBackoffSeconds: must be an integer greater than 0, got 1.5",
+            id="podInitialBackoffSeconds a fraction (an int64 in kube-scheduler)",
+        ),
+        pytest.param(
+            "podInitialBackoffSeconds: 9223372036854775808\npodMaxBackoffSeconds: 9223372036854775808",
+            "podInitialBackoffSeconds: out of range for an int64, got 9223372036854775808",
+            id="podInitialBackoffSeconds beyond int64",
+        ),
+        pytest.param(
+            "podMaxBackoffSeconds: .inf",
+            "podMaxBackoffSeconds: must be an integer greater than or equal to podInitialBackoffSeconds (1), got inf",
+            id="podMaxBackoffSeconds infinite",
+        ),
+        pytest.param(
+            "percentageOfNodesToScore: .nan",
+            "percentageOfNodesToScore: must be an integer in 0..100, got nan",
+            id="percentageOfNodesToScore nan",
+        ),
+        pytest.param(
+            "percentageOfNodesToScore: -1",
+            "percentageOfNodesToScore: must be an integer in 0..100, got -1",
+            id="percentageOfNodesToScore negative",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, percentageOfNodesToScore: 100.5}]",
+            "profiles[0].percentageOfNodesToScore: must be an integer in 0..100, got 100.5",
+            id="profiles[].percentageOfNodesToScore a fraction",
+        ),
+        pytest.param(
+            "parallelism: -16",
+            "parallelism: should be an integer value greater than zero, got -16",
+            id="parallelism negative",
+        ),
+        pytest.param(
+            "parallelism: 2147483648",
+            "parallelism: out of range for an int32, got 2147483648",
+            id="parallelism beyond int32",
+        ),
+        pytest.param(
+            "clientConnection: {qps: .nan}",
+            "clientConnection.qps: must be a finite number within float32's range, got nan",
+            id="clientConnection.qps nan",
+        ),
+        pytest.param(
+            "clientConnection: {qps: -.inf}",
+            "clientConnection.qps: must be a finite number within float32's range, got -inf",
+            id="clientConnection.qps infinite",
+        ),
+        pytest.param(
+            "clientConnection: {qps: 1.0e+39}",
+            "clientConnection.qps: must be a finite number within float32's range, got 1e+39",
+            id="clientConnection.qps beyond float32",
+        ),
+        pytest.param(
+            "clientConnection: {burst: 2147483648}",
+            "clientConnection.burst: out of range for an int32, got 2147483648",
+            id="clientConnection.burst beyond int32",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: a, plugins: {score: {enabled: [{name: NodeResourcesFit, weight: .nan}]}}}]",
+            "profiles[0].plugins.score.enabled[0].weight: must be an integer in 1..100, got nan",
+            id="plugins.*.enabled[].weight nan",
+        ),
+        pytest.param(
+            LEADING + "retryPeriod: 0s}",
+            "leaderElection.retryPeriod: must be greater than zero, got 0s",
+            id="leaderElection.retryPeriod zero",
+        ),
+        pytest.param(
+            LEADING + "retryPeriod: -2s}",
+            "leaderElection.retryPeriod: must be greater than zero, got -2s",
+            id="leaderElection.retryPeriod negative",
+        ),
+        pytest.param(
+            LEADING + "renewDeadline: 0s}",
+            "leaderElection.renewDeadline: must be greater than zero, got 0s",
+            id="leaderElection.renewDeadline zero",
+        ),
+        pytest.param(
+            LEADING + "leaseDuration: -15s}",
+            "leaderElection.leaseDuration: must be greater than zero, got -15s",
+            id="leaderElection.leaseDuration negative",
+        ),
+        pytest.param(
+            LEADING + "leaseDuration: 5s}",
+            "leaderElection.leaseDuration: must be greater than leaderElection.renewDeadline (10s), got 5s",
+            id="leaderElection.leaseDuration not above renewDeadline",
+        ),
+        pytest.param(
+            LEADING + "renewDeadline: 2.2s}",
+            "leaderElection.renewDeadline: must be greater than leaderElection.retryPeriod x 1.2 (2.4s), got 2.2s",
+            id="leaderElection.renewDeadline not above 1.2 x retryPeriod",
+        ),
+        pytest.param(
+            LEADING + "leaseDuration: 1000000h}",
+            "leaderElection.leaseDuration: must be at most 2147483647s (the Lease's leaseDurationSeconds is an int32)",
+            id="leaderElection.leaseDuration beyond the Lease's int32",
+        ),
+        pytest.param(
+            "leaderElection: {leaseDuration: 2562048h}",
+            "leaderElection.leaseDuration: must be a duration like '15s' or '1m30s', got '2562048h'",
+            id="leaderElection.leaseDuration beyond Go's durations",
+        ),
+        pytest.param(
+            LEADING + "resourceName: Usher_Lease}",
+            "leaderElection.resourceName: the Lease's name must be a DNS-1123 subdomain",
+            id="leaderElection.resourceName not a DNS-1123 subdomain",
+        ),
+        pytest.param(
+            LEADING + "resourceNamespace: kube.system}",
+            "leaderElection.resourceNamespace: must be a DNS-1123 label",
+            id="leaderElection.resourceNamespace not a DNS-1123 label",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: 'usher\\n'}]",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
+            id="profiles[].schedulerName with a trailing newline",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: usher..packed}]",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
+            id="profiles[].schedulerName with an empty dot-separated part",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: usher.-packed}]",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
+            id="profiles[].schedulerName with a part starting with a dash",
+        ),
+        pytest.param(
+            f"profiles: [{{schedulerName: {'a' * 254}}}]",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
+            id="profiles[].schedulerName longer than 253",
+        ),
+        pytest.param(
+            "profiles: [{schedulerName: ''}]",
+            "profiles[0].schedulerName: must be a DNS-1123 subdomain",
+            id="profiles[].schedulerName empty",
+        ),
+        pytest.param(
+            ARGS + "DynamicResources, args: {filterTimeout: '-1s'}}]}]",
+            "profiles[0].pluginConfig[0].args.filterTimeout: must be zero or positive, got '-1s'",
+            id="DynamicResources filterTimeout negative",
+        ),
+        pytest.param(
+            ARGS + "DynamicResources, args: {filterTimeout: .inf}}]}]",
+            "profiles[0].pluginConfig[0].args.filterTimeout: must be a finite number, got inf",
+            id="DynamicResources filterTimeout infinite",
+        ),
+        pytest.param(
+            ARGS + "DynamicResources, args: {bindingTimeout: '-10m'}}]}]",
+            "profiles[0].pluginConfig[0].args.bindingTimeout: must be at least 1 second, got '-10m'",
+            id="DynamicResources bindingTimeout negative",
+        ),
+        pytest.param(
+            ARGS + f"VolumeBinding, args: {{bindTimeoutSeconds: 1{'0' * 400}}}}}]}}]",
+            "profiles[0].pluginConfig[0].args.bindTimeoutSeconds: out of range for an int64",
+            id="VolumeBinding bindTimeoutSeconds beyond int64",
+        ),
+        pytest.param(
+            ARGS + "DefaultPreemption, args: {minCandidateNodesPercentage: .nan}}]}]",
+            "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: must be a finite number, got nan",
+            id="DefaultPreemption minCandidateNodesPercentage nan",
+        ),
+        pytest.param(
+            ARGS + "NodeResourcesFit, args: {scoringStrategy: {resources: [{name: cpu, weight: .inf}]}}}]}]",
+            "profiles[0].pluginConfig[0].args.scoringStrategy.resources[0].weight: must be a finite number, got inf",
+            id="NodeResourcesFit scoringStrategy.resources[].weight infinite",
+        ),
+    ],
+)
+def test_every_number_and_name_is_checked_naming_the_field(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        parse(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("leaderElection: {retryPeriod: -1s, leaseDuration: 0s}", id="timings of an election that is off"),
+        pytest.param("podInitialBackoffSeconds: 2.0\npodMaxBackoffSeconds: 4.0", id="whole numbers written as floats"),
+        pytest.param(f"profiles: [{{schedulerName: {'a' * 64}}}]", id="a scheduler name longer than a label"),
+        pytest.param("profiles: [{schedulerName: usher.example.com}]", id="a dotted scheduler name"),
+        pytest.param(LEADING + "leaseDuration: 1m30s, renewDeadline: 1m, retryPeriod: 49.9s}", id="long timings"),
+        pytest.param(ARGS + "DynamicResources, args: {filterTimeout: '0'}}]}]", id="a filter timeout of 0"),
+    ],
+)
+def test_values_kube_scheduler_accepts_are_accepted(text: str) -> None:
+    parse(text)
 
 
 def test_wrong_api_version_is_refused() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from tests.builders import make_node, make_pod
 from tests.frameworks import scheduling_queue
+from tests.unit.dra.builders import make_slice
 from usher.core.cache import Cache
 from usher.core.clock import FakeClock
 from usher.core.handling import EventHandlers
@@ -111,6 +112,52 @@ def test_a_malformed_pod_is_reported_not_raised(handlers: EventHandlers) -> None
     assert len(handlers.queue) == 0
     assert [m.pod["metadata"]["name"] for m in handlers.malformed] == ["bad"]
     assert "invalid quantity 'lots'" in handlers.malformed[0].message
+
+
+@pytest.mark.parametrize(
+    ("quantity", "message"),
+    [
+        pytest.param("1e999999", "quantity '1e999999' is out of range", id="an exponent past any int64"),
+        pytest.param("1e2147483648", "exponent out of range", id="an exponent past int32"),
+        pytest.param("9223372036854775808", "out of range", id="2 to the 63"),
+    ],
+)
+def test_a_pod_asking_for_more_than_kube_scheduler_counts_is_reported_not_raised(
+    handlers: EventHandlers, quantity: str, message: str
+) -> None:
+    handlers.on_pod("ADDED", make_pod().name("huge").req(memory=quantity).obj())
+    assert len(handlers.queue) == 0
+    assert [m.pod["metadata"]["name"] for m in handlers.malformed] == ["huge"]
+    assert message in handlers.malformed[0].message
+
+
+def test_a_node_entry_usher_cannot_count_is_left_out_and_the_rest_applies(
+    handlers: EventHandlers, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = make_node().name("n").capacity(cpu="4", memory="1e999999", pods="110").obj()
+    assert handlers.on_node("ADDED", node) == "NodeAdd"
+    info = handlers.cache.node("n")
+    assert info is not None and info.allocatable == {"cpu": 4000, "pods": 110}
+    assert "node n: allocatable left out: memory: quantity '1e999999' is out of range" in caplog.text
+    caplog.clear()
+    cordoned = copy.deepcopy(node)
+    cordoned["spec"]["unschedulable"] = True
+    handlers.on_node("MODIFIED", cordoned)
+    assert handlers.cache.node("n").unschedulable  # type: ignore[union-attr]
+    assert caplog.text == "", "logged again only when what is left out changes"
+    handlers.on_node("MODIFIED", make_node().name("n").capacity(cpu="4", memory="8Gi").obj())
+    assert handlers.cache.node("n").allocatable == {"cpu": 4000, "memory": 8 * 2**30}  # type: ignore[union-attr]
+
+
+def test_a_slice_with_a_capacity_of_any_size_is_taken_or_recorded_broken_never_raised(
+    handlers: EventHandlers,
+) -> None:
+    for name, value in (("large", "1e99999"), ("huge", "1e999999"), ("beyond", "1e2147483648")):
+        raw = make_slice().name(name).node("n").device("d", capacity={"example.com/memory": value}).obj()
+        handlers.on_dra("resourceslices", "ADDED", raw)
+    assert "large" in handlers.dra.slices, "beyond int64 is a quantity all the same (Go's ParseQuantity takes it)"
+    assert "out of range: more than 100000 digits" in handlers.dra.broken["slice/huge"]
+    assert "exponent out of range" in handlers.dra.broken["slice/beyond"]
 
 
 def test_a_redelivered_version_changes_nothing(handlers: EventHandlers) -> None:

@@ -127,7 +127,7 @@ def test_a_priority_change_while_queued_reorders_the_pod(clock: FakeClock) -> No
 
 @pytest.mark.parametrize(
     ("failures", "seconds"),
-    [(1, 1), (2, 2), (3, 4), (4, 8), (5, 10), (6, 10)],
+    [(1, 1), (2, 2), (3, 4), (4, 8), (5, 10), (6, 10), (1025, 10), (100_000, 10)],
     ids=str,
 )
 def test_backoff_doubles_from_one_second_up_to_ten(clock: FakeClock, failures: int, seconds: float) -> None:

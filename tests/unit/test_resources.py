@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, localcontext
+
 import pytest
 
 from tests.builders import make_pod
@@ -43,6 +46,66 @@ def test_quantities_parse_to_exact_integers(name: str, text: str, amount: int) -
 def test_malformed_quantities_are_rejected(text: object) -> None:
     with pytest.raises(QuantityError):
         to_amount("cpu", text)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        pytest.param("memory", "1e999999", "quantity '1e999999' is out of range", id="an exponent past any int64"),
+        pytest.param("cpu", "1e999999", "quantity '1e999999' is out of range", id="cpu with that exponent"),
+        pytest.param("memory", "-1e999999", "out of range", id="negative too"),
+        pytest.param("memory", "1e19", "out of range", id="just past int64"),
+        pytest.param("memory", "9223372036854775808", "out of range", id="2 to the 63"),
+        pytest.param("memory", "100000000000000000000000000000Ki", "out of range", id="binary units past int64"),
+        pytest.param("memory", 10**400, "quantity <a 1329-bit integer> is out of range", id="a huge JSON integer"),
+        pytest.param("cpu", "9300P", "out of range: more than 9223372036854775807 millicores", id="cpu in millicores"),
+        pytest.param("memory", "1e2147483647", "out of range: more than 100000 digits", id="beyond usher's arithmetic"),
+        pytest.param("memory", 10**100_001, "out of range: more than 100000 digits", id="a JSON integer as long"),
+        pytest.param("memory", "1e2147483648", "exponent out of range", id="an exponent past int32"),
+        pytest.param("memory", "1e-99999999999", "exponent out of range", id="a negative exponent past int32"),
+        pytest.param("memory", "1e99999999999999999999", "exponent out of range", id="an exponent past int64"),
+        pytest.param("memory", "1e3Ki", "invalid quantity", id="an exponent and a suffix"),
+        pytest.param("memory", "1e3m", "invalid quantity", id="an exponent and a decimal suffix"),
+        pytest.param("memory", "1e", "invalid quantity", id="an exponent without digits"),
+        pytest.param("memory", ".", "invalid quantity", id="a dot alone"),
+        pytest.param("memory", "9" * 100_000, f"quantity '{'9' * 34}...9' is out of range", id="a long text cut"),
+    ],
+)
+def test_quantities_beyond_what_kube_scheduler_counts_are_malformed(name: str, text: object, message: str) -> None:
+    """kube-scheduler counts each resource in an int64 (cpu in millicores): past it, its arithmetic overflows,
+    so for usher such a quantity is malformed like one it cannot read, and the error says which."""
+    with pytest.raises(QuantityError, match=re.escape(message)):
+        to_amount(name, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "amount"),
+    [
+        pytest.param("9223372036854775807", 2**63 - 1, id="the largest int64"),
+        pytest.param("7Ei", 7 * 2**60, id="exbibytes"),
+        pytest.param("1E", 10**18, id="exabytes"),
+        pytest.param("1e-999999", 1, id="a tiny amount rounds up to one"),
+        pytest.param("1e-2147483648", 1, id="the smallest exponent"),
+        pytest.param("1.e3", 1000, id="a dot without decimals"),
+        pytest.param("1.0000000000000000000000000000001", 2, id="more digits than a default Decimal context"),
+    ],
+)
+def test_quantities_at_the_edges_of_the_range_count(text: str, amount: int) -> None:
+    assert to_amount("memory", text) == amount
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1e99999", "1e-2147483648", "-1e99999", "1.5Ki", "0." + "0" * 5000 + "1", "9" * 5000 + "Ki", "9" * 99_980 + "Ei"],
+    ids=lambda t: repr(t)[:20],
+)
+def test_quantities_of_any_reasonable_size_parse_exactly(text: str) -> None:
+    """ResourceSlices and CEL take quantities beyond int64 (Go's ParseQuantity does), up to 100,000 digits, where
+    usher's Decimal arithmetic still has room to add them up and scale them: never rounded, never an overflow."""
+    with localcontext(Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)):
+        expected = Decimal(text.removesuffix("Ki").removesuffix("Ei"))
+        expected *= 1024 if text.endswith("Ki") else 2**60 if text.endswith("Ei") else 1
+    assert parse_quantity(text) == expected
 
 
 @pytest.mark.parametrize(

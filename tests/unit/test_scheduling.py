@@ -397,6 +397,23 @@ async def test_a_malformed_pod_is_reported_on_the_pod_and_the_loop_goes_on(harne
     assert harness.writer.conditions(bad)[-1]["reason"] == "Unschedulable"
 
 
+async def test_a_pod_asking_for_more_than_int64_is_reported_as_malformed_and_the_loop_goes_on(
+    harness: Harness,
+) -> None:
+    """A quantity the API server stores but kube-scheduler's int64 arithmetic overflows on (``1e999999``)."""
+    harness.nodes("n1")
+    huge = harness.pod(make_pod().name("huge").req(memory="1e999999").obj())
+    good = harness.pod(make_pod().name("good").obj())
+
+    await harness.until(lambda: harness.binder.calls != [], "the good pod is bound")
+
+    assert harness.binder.calls == [(good, "n1")]
+    assert harness.scheduler.queue.get(huge) is None
+    [note] = [e["note"] for e in harness.writer.events("FailedScheduling")]
+    assert note.startswith("pod cannot be scheduled: quantity '1e999999' is out of range")
+    assert harness.writer.conditions(huge)[-1]["reason"] == "Unschedulable"
+
+
 async def test_a_deleted_pod_is_forgotten_by_the_writer_and_the_explain_records(harness: Harness) -> None:
     harness.nodes("n1", cpu="1")
     raw = make_pod().name("big").req(cpu="4").obj()

@@ -5,12 +5,27 @@ with its own resourceVersion precondition, so two pods reserving one shared
 claim must not merge); reads after a conflict go straight to the API. A
 PreBind waiting for binding conditions is woken by ``notify``, which the DRA
 state calls whenever a watched claim changes.
+
+A create is idempotent. The dispatcher retries a POST whose answer was lost
+(a connection reset, a 504), and with ``generateName`` each retry would make
+one more claim. So ``create`` picks the name itself, once, as the API server
+would generate it (the base cut to 58 characters, five random characters of
+its alphabet), and every retry sends that name: the API server answers a
+retry of a create it already made with 409 AlreadyExists, and the claim under
+the name is taken as created when it is what was asked for (the same
+controller, annotations and spec; not allocated, reserved or being deleted).
+A new name per call, not per pod: a claim an earlier attempt made may still
+be on its way out (Unreserve deletes it by UID), and must never be taken up.
 """
 
 from __future__ import annotations
 
+import copy
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import aiohttp
 
 from usher.adapters.changes import Changes
 from usher.adapters.dispatching import ApiCall, Dispatcher, Request
@@ -19,18 +34,58 @@ from usher.adapters.reporting import STRATEGIC_MERGE
 from usher.core.dra.model import FINALIZER
 from usher.core.types import WriteResult
 
+GENERATED_BASE_LENGTH = 58
+"""The API server's generated names: at most 63 characters, the last five random."""
+_GENERATED_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+"""The characters of a generated name's random suffix (apimachinery's rand.String)."""
+
 
 def claim_path(namespace: str, name: str) -> str:
     return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 
 
+def generated_name(generate_name: str, rng: random.Random) -> str:
+    """A name as the API server generates one from ``generateName``."""
+    return generate_name[:GENERATED_BASE_LENGTH] + "".join(rng.choices(_GENERATED_ALPHABET, k=5))
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str:
+    return next((str(ref.get("uid")) for ref in meta.get("ownerReferences") or () if ref.get("controller")), "")
+
+
+def _contains(have: Any, want: Any) -> bool:
+    """Whether ``have`` holds everything of ``want`` (objects may have more fields: the API server's defaults)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(key in have and _contains(have[key], v) for key, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(map(_contains, have, want))
+    return bool(have == want)
+
+
+def _made_by(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the claim found under a create's name is the one that create asked for: what a retried create
+    whose first answer was lost finds."""
+    meta, wanted_meta = existing.get("metadata") or {}, wanted.get("metadata") or {}
+    status = existing.get("status") or {}
+    return (
+        _controller_uid(meta) == _controller_uid(wanted_meta)
+        and _contains(meta.get("annotations") or {}, wanted_meta.get("annotations") or {})
+        and _contains(existing.get("spec"), wanted.get("spec"))
+        and not meta.get("deletionTimestamp")
+        and not status.get("allocation")
+        and not status.get("reservedFor")
+    )
+
+
 class DispatcherClaimWriter(Changes):
     """The DRA ``ClaimWriter`` port: ResourceClaim status and binding writes through the dispatcher."""
 
-    def __init__(self, dispatcher: Dispatcher, api: KubeApi) -> None:
+    def __init__(self, dispatcher: Dispatcher, api: KubeApi, rng: random.Random | None = None) -> None:
+        """``rng``: picks the names of created claims (seeded in tests)."""
         super().__init__()
         self._dispatcher = dispatcher
         self._api = api
+        self._rng = rng or random.Random()
 
     async def get(self, namespace: str, name: str) -> WriteResult:
         result = await self._api.request("GET", claim_path(namespace, name))
@@ -43,9 +98,23 @@ class DispatcherClaimWriter(Changes):
         return await self._write("resourceclaim_status_update", "/status", claim)
 
     async def create(self, claim: Mapping[str, Any]) -> WriteResult:
-        namespace = str((claim.get("metadata") or {}).get("namespace"))
-        request = Request("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", dict(claim))
-        return await self._send("resourceclaim_create", request)
+        """POST the claim; one with ``generateName`` is named here, so a retry whose first answer was lost finds the
+        claim it made instead of making another (see the module docstring)."""
+        body = copy.deepcopy(dict(claim))
+        meta = body.setdefault("metadata", {})
+        namespace = str(meta.get("namespace"))
+        named = not meta.get("name") and bool(meta.get("generateName"))
+        if named:
+            meta["name"] = generated_name(str(meta["generateName"]), self._rng)
+        request = Request("POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", body)
+        result = await self._send("resourceclaim_create", request)
+        if not (named and result.conflict):
+            return result
+        try:
+            existing = await self.get(namespace, str(meta["name"]))
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return result  # the attempt fails; a claim left behind is found by the next one, which deletes it
+        return WriteResult(200, existing.body) if existing.ok and _made_by(existing.body, body) else result
 
     def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
         # The finalizer first (kube-scheduler's deleteClaim): nothing else would remove it from a claim whose pod

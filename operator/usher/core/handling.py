@@ -25,12 +25,15 @@ newer (or incomparable) resourceVersion ends the old pod first (uncounted,
 out of the queue) and then starts the new one.
 
 A pod the API server served but usher cannot parse (a request quantity it
-does not understand) is recorded in ``malformed`` for the runtime to report
-on that pod; nothing here raises on bad input.
+does not understand, or one beyond int64) is recorded in ``malformed`` for
+the runtime to report on that pod; a node's allocatable entry usher cannot
+count is left out (the node offers none of it) and logged. Nothing here
+raises on bad input.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,8 +61,11 @@ from usher.core.events import (
 )
 from usher.core.podgroups import Member
 from usher.core.queue import SchedulingQueue
+from usher.core.resources import QuantityError, to_amount
 from usher.core.types import PodInfo, PodKey, pod_key
 from usher.core.volumes.state import VolumeState
+
+logger = logging.getLogger(__name__)
 
 #: The cluster event each watched storage kind raises (kube-scheduler's resources of the same names).
 VOLUME_KINDS: dict[str, Resource] = {
@@ -119,6 +125,8 @@ class EventHandlers:
     volumes: VolumeState = field(default_factory=VolumeState)
     malformed: list[Malformed] = field(default_factory=list)
     _reflected: dict[PodKey, Incarnation] = field(default_factory=dict)
+    _uncountable: dict[str, str] = field(default_factory=dict)
+    """Node name -> why some of its allocatable is left out (logged when it changes)."""
 
     def __post_init__(self) -> None:
         self.dra.on_assumed = self._claim_assumed
@@ -252,11 +260,13 @@ class EventHandlers:
             # domain can lower its skew (PodTopologySpread), so waiting for the 5-minute flush is wrong.
             cached = self.cache.node(name)
             gone = cached.raw if cached is not None else raw
+            self._uncountable.pop(name, None)
             self.cache.remove_node(name)
             self.queue.move_all(NODE_DELETE, gone, None)
             return NODE_DELETE.label
         old = self.cache.node(name)
         old_raw = old.raw if old is not None else None
+        raw = self._countable(name, raw)
         self.cache.add_or_update_node(raw)
         if old_raw is None:
             self.queue.move_all(NODE_ADD, None, raw)
@@ -264,6 +274,29 @@ class EventHandlers:
         for event in node_update_events(old_raw, raw):
             self.queue.move_all(event, old_raw, raw)
         return "NodeUpdate"
+
+    def _countable(self, name: str, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The node as the cache counts it: without the allocatable entries usher cannot count (a quantity beyond
+        int64, which the API server stores but kube-scheduler's arithmetic overflows on), as if it offered none."""
+        status = raw.get("status") or {}
+        allocatable = status.get("allocatable") or {}
+        uncountable: dict[str, str] = {}
+        for resource, value in allocatable.items():
+            try:
+                to_amount(resource, value)
+            except QuantityError as exc:
+                uncountable[resource] = str(exc)
+        why = "; ".join(f"{resource}: {message}" for resource, message in sorted(uncountable.items()))
+        if self._uncountable.get(name, "") != why:
+            if why:
+                logger.warning("node %s: allocatable left out: %s", name, why)
+                self._uncountable[name] = why
+            else:
+                del self._uncountable[name]
+        if not uncountable:
+            return raw
+        kept = {resource: value for resource, value in allocatable.items() if resource not in uncountable}
+        return {**raw, "status": {**status, "allocatable": kept}}
 
     def on_volume(self, kind: str, event_type: str | None, raw: Mapping[str, Any]) -> str:
         """PVCs, PVs, storage classes and CSI objects: update the volume state, raise the cluster event."""

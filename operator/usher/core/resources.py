@@ -2,7 +2,8 @@
 
 Pure. Quantities are parsed into integers: cpu in millicores, everything else
 in base units rounded up (like ``resource.Quantity.Value()``), so fit checks
-are exact integer comparisons.
+are exact integer comparisons. An amount beyond int64, where kube-scheduler's
+arithmetic overflows, is a QuantityError like any malformed quantity.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Decimal, localcontext
 from typing import Any
 
 CPU = "cpu"
@@ -32,7 +33,16 @@ _DECIMAL_SUFFIXES = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
+"""``resource.ParseQuantity``'s grammar: a signed decimal number, then one suffix: binary (``Ki``), decimal SI
+(``m``, ``G``) or a decimal exponent (``e3``), never two."""
+_MAX_EXPONENT = 2**31
+"""A quantity keeps its exponent in an int32: Go wraps a larger one around (its value is then garbage)."""
+_MAX_DIGITS = 100_000
+"""Digits before the point a quantity may have: Go's take up to 2^31, but usher computes in Decimal's default
+context, which stops at 10^999999 (sums and the x1000 of millis must not overflow it). Nothing real comes near."""
+_MAX_AMOUNT = 2**63 - 1
+"""kube-scheduler counts every resource in an int64 (millicores for cpu)."""
 
 ResourceList = dict[str, int]
 """Resource name -> amount (cpu in millicores, others in base units)."""
@@ -43,21 +53,54 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a Kubernetes quantity (``"100m"``, ``"1Gi"``, ``"1e3"``, ``2``) into a Decimal."""
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = value.strip()
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise QuantityError(f"invalid quantity {value!r}")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        amount = Decimal(number)
-    except InvalidOperation as exc:
-        raise QuantityError(f"invalid quantity {value!r}") from exc
-    if suffix in _BINARY_SUFFIXES:
+    """Parse a Kubernetes quantity (``"100m"``, ``"1Gi"``, ``"1e3"``, ``2``) into an exact Decimal.
+
+    Accepts what ``resource.ParseQuantity`` accepts, except an exponent beyond its int32 and numbers of more than
+    `_MAX_DIGITS` digits; raises QuantityError, and nothing else, for anything else (a bool, nan, ``1e3Ki``)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"invalid quantity {_shown(value)}")
+    if isinstance(value, int):
+        if value.bit_length() > 4 * _MAX_DIGITS:  # more digits than that, converting it would be slow
+            raise QuantityError(f"quantity {_shown(value)} is out of range: more than {_MAX_DIGITS} digits")
+        return _bounded(Decimal(value), value, 0)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityError(f"invalid quantity {_shown(value)}")
+    match = _QUANTITY.fullmatch(str(value).strip())
+    if match is None or not (match.group(2) or match.group(3)):
+        raise QuantityError(f"invalid quantity {_shown(value)}")
+    sign, whole, fraction, suffix = match.group(1), match.group(2), match.group(3) or "", match.group(4) or ""
+    exponent = 0
+    if suffix[:1] in ("e", "E") and suffix not in _BINARY_SUFFIXES and len(suffix) > 1:
+        digits = suffix[1:].lstrip("+-").lstrip("0")
+        exponent = int(suffix[1:]) if len(digits) <= 10 else _MAX_EXPONENT
+        if not -_MAX_EXPONENT <= exponent < _MAX_EXPONENT:
+            raise QuantityError(f"invalid quantity {_shown(value)}: exponent out of range")
+        suffix = ""
+    elif suffix in _DECIMAL_SUFFIXES:
+        exponent, suffix = _DECIMAL_SUFFIXES[suffix].adjusted(), ""
+    # Built from its digits, not by arithmetic in a context: exact whatever its size (no overflow, no rounding).
+    amount = _bounded(Decimal(f"{sign}{whole or 0}.{fraction}E{exponent}"), value, 19 if suffix else 0)
+    if not suffix:
+        return amount
+    with localcontext() as exact:
+        exact.prec = len(whole) + len(fraction) + 20  # enough for the exact product
         return amount * _BINARY_SUFFIXES[suffix]
-    return amount * _DECIMAL_SUFFIXES[suffix]
+
+
+def _bounded(amount: Decimal, value: object, headroom: int) -> Decimal:
+    """``amount``, unless it has `_MAX_DIGITS` digits before the point (with ``headroom`` more to come: 2**60, the
+    largest binary suffix, has 19)."""
+    if amount and amount.adjusted() + headroom >= _MAX_DIGITS:
+        raise QuantityError(f"quantity {_shown(value)} is out of range: more than {_MAX_DIGITS} digits")
+    return amount
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """A quantity in a message: a long one cut short (the message lands in a pod's condition and an Event)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
 def to_amount(name: str, value: object) -> int:
@@ -66,7 +109,7 @@ def to_amount(name: str, value: object) -> int:
     Anything but a finite string or number quantity is a QuantityError (a ValueError), never another
     exception: a malformed pod is reported on that pod."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise QuantityError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {_shown(value)}")
     return _amount(name, value)
 
 
@@ -76,11 +119,17 @@ def _amount(name: str, value: str | int | float) -> int:
     use few distinct quantities ("100m", "500Mi"), so a parse (a regex and Decimal arithmetic) is mostly a
     dictionary lookup. A malformed quantity raises every time (exceptions are not kept)."""
     quantity = parse_quantity(value)
-    if not quantity.is_finite():
-        raise QuantityError(f"invalid quantity {value!r}")
+    unit = "millicores" if name == CPU else "units"
+    if quantity.copy_abs() > _MAX_AMOUNT:  # before any arithmetic: 1e999999 is a quantity too
+        raise QuantityError(f"quantity {_shown(value)} is out of range: more than {_MAX_AMOUNT} {unit}")
     if name == CPU:
-        return math.ceil(quantity * 1000)
-    return math.ceil(quantity)
+        sign, digits, exponent = quantity.as_tuple()
+        assert isinstance(exponent, int)  # finite: parse_quantity makes no nan or infinity
+        quantity = Decimal((sign, digits, exponent + 3))  # x 1000, exactly
+    amount = math.ceil(quantity)
+    if abs(amount) > _MAX_AMOUNT:
+        raise QuantityError(f"quantity {_shown(value)} is out of range: more than {_MAX_AMOUNT} {unit}")
+    return amount
 
 
 def is_scalar(name: str) -> bool:

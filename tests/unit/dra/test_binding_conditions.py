@@ -122,7 +122,16 @@ def test_the_pending_summary_names_each_waiting_device_as_kube_does() -> None:
             "bindingTimeout: DRADeviceBindingConditions or DRAResourceClaimDeviceStatus feature gate is disabled",
             id="set while the gate is off",
         ),
-        pytest.param({"filterTimeout": "-1s"}, True, "filterTimeout: must be a duration", id="negative filter"),
+        pytest.param(
+            {"filterTimeout": "-1s"}, True, "filterTimeout: must be zero or positive, got '-1s'", id="negative filter"
+        ),
+        pytest.param({"filterTimeout": -1}, True, "filterTimeout: must be zero or positive", id="negative seconds"),
+        pytest.param({"filterTimeout": float("nan")}, True, "filterTimeout: must be a duration", id="nan filter"),
+        pytest.param({"filterTimeout": float("inf")}, True, "filterTimeout: must be a duration", id="endless filter"),
+        pytest.param(
+            {"filterTimeout": "2562048h"}, True, "filterTimeout: must be a duration", id="filter beyond Go's durations"
+        ),
+        pytest.param({"bindingTimeout": "-5s"}, True, "bindingTimeout: must be at least 1 second", id="negative"),
     ],
 )
 def test_bad_binding_timeouts_are_refused_naming_the_field(args: dict[str, Any], gate: bool, message: str) -> None:

@@ -549,7 +549,8 @@ class SchedulingQueue:
         count = queued.consecutive_errors or queued.unschedulable_count
         if count <= 0 or self._options.max_backoff <= 0:
             return 0.0
-        return float(min(self._options.initial_backoff * 2 ** (count - 1), self._options.max_backoff))
+        # A float power: 2 ** 1024 as an int no longer converts to a float, and a pod may fail that often.
+        return float(min(self._options.initial_backoff * 2.0 ** min(count - 1, 1000), self._options.max_backoff))
 
     def is_backing_off(self, queued: QueuedPod) -> bool:
         return queued.timestamp + self.backoff_duration(queued) > self._clock.now()

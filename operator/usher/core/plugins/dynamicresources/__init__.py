@@ -64,6 +64,7 @@ kube-scheduler: the attempt ends and the pod is retried after its backoff.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,8 +265,10 @@ def parse_args(args: Mapping[str, Any], *, binding_conditions: bool = True) -> D
     raw = args.get("filterTimeout")
     if raw is not None:
         seconds = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else go_duration(raw)
-        if seconds is None or seconds < 0:
+        if seconds is None or not math.isfinite(seconds):
             raise PluginArgsError("filterTimeout", f"must be a duration like '10s' (0 disables the limit), got {raw!r}")
+        if seconds < 0:
+            raise PluginArgsError("filterTimeout", f"must be zero or positive, got {raw!r}")
         filter_timeout = seconds
     binding_timeout = DEFAULT_BINDING_TIMEOUT
     raw = args.get("bindingTimeout")
