@@ -29,7 +29,8 @@ class ClaimWriter(Protocol):
         ...
 
     async def create(self, claim: Mapping[str, Any]) -> WriteResult:
-        """POST a claim (a pod's extended-resource claim; its name is generated)."""
+        """POST a claim (a pod's extended-resource claim, with ``generateName``); a retry whose first answer was lost
+        must find the claim it made, never make a second (the adapter names it once per call)."""
         ...
 
     def delete_claim(self, namespace: str, name: str, claim_uid: str) -> None:
