@@ -5,7 +5,9 @@ request (watches stream through unchanged) to the apiserver over TLS with the
 admin client certificate, except the calls a test asked to fail: those get a
 real-looking ``Status`` with the chosen HTTP code before ever reaching the
 apiserver, and the calls a test asked to stall: those are held without an
-answer (never forwarded) until the client gives up. Every exchange is logged
+answer (never forwarded) until the client gives up, and the watches a test
+asked to expire: those are cut, held while the test changes the cluster behind
+them, then told 410 Gone, so the client lists again. Every exchange is logged
 with this process's monotonic times (``exchanges``), so a test can order the
 calls of two clients, each behind its own proxy. It runs its own event loop
 in a thread, so tests stay synchronous.
@@ -14,6 +16,7 @@ in a thread, so tests stay synchronous.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -69,6 +72,79 @@ class Stall:
 
 
 @dataclass
+class ExpiredWatch:
+    """Break the watches of ``path`` (a regex; a GET with ``watch=true``) as an API server that lost their history.
+
+    `cut` ends the matching watches being relayed, and from then on holds every new matching watch request
+    unanswered: the client's watch is down, and nothing that happens meanwhile reaches it. `restore` answers
+    each held request as the API server answers a watch from a compacted resourceVersion (200 with one ERROR
+    event, code 410 Gone: the client must list again), and lets later requests through. Both are safe to
+    call from the test's thread. The query strings of the LISTs of ``path`` sent after `restore` (its GETs
+    without ``watch``) are kept in ``relists``.
+    """
+
+    path: str
+    broken: bool = False
+    held: int = 0
+    """Watch requests held while broken (each answered 410 on restore)."""
+    expired: int = 0
+    """Held watch requests answered 410."""
+    restored: bool = False
+    relists: list[str] = field(default_factory=list)
+    relaying: set[asyncio.Task[object]] = field(default_factory=set)
+    """The handlers relaying a matching watch now (each cancelled by `cut`, which closes its connection)."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """The proxy's loop, once a matching request came."""
+    reopened: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def matches(self, request: web.Request) -> bool:
+        return request.method == "GET" and re.search(self.path, request.path) is not None
+
+    def cut(self) -> None:
+        self.reopened = asyncio.Event()
+        self.broken = True
+        if self.loop is not None:
+            for task in list(self.relaying):
+                self.loop.call_soon_threadsafe(task.cancel)
+
+    def restore(self) -> None:
+        self.restored = True
+        self.broken = False
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.reopened.set)
+
+    async def answer(self, request: web.Request) -> web.StreamResponse | None:
+        """The held 410 for a matching watch while broken; None to forward the request (and relay it)."""
+        if request.query.get("watch") not in ("true", "1"):
+            if self.restored:
+                self.relists.append(request.query_string)
+            return None
+        self.loop = asyncio.get_running_loop()
+        if not self.broken:
+            task = asyncio.current_task()
+            assert task is not None
+            self.relaying.add(task)
+            task.add_done_callback(self.relaying.discard)
+            return None
+        self.held += 1
+        await self.reopened.wait()
+        self.expired += 1
+        gone = {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "too old resource version (injected by the e2e fault proxy)",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+        return web.Response(status=200, content_type="application/json", text=json.dumps(gone) + "\n")
+
+
+@dataclass
 class EveryNth:
     """Answer every ``every``-th request of any kind, watches included, with the next status of ``statuses``.
 
@@ -104,6 +180,7 @@ class FaultProxy:
     seen: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     port: int = 0
     stalls: list[Stall] = field(default_factory=list)
+    expiring: list[ExpiredWatch] = field(default_factory=list)
     exchanges: list[Exchange] = field(default_factory=list)
     chaos: EveryNth | None = None
     forwarding: set[asyncio.Future[aiohttp.ClientResponse]] = field(default_factory=set)
@@ -117,6 +194,12 @@ class FaultProxy:
         stall = Stall(method, path, delay=delay)
         self.stalls = [*self.stalls, stall]  # one assignment: the proxy's thread never sees a list mid-change
         return stall
+
+    def expire_watches(self, path: str) -> ExpiredWatch:
+        """Start watching for `ExpiredWatch.cut` on the watches of ``path`` (call before the client starts)."""
+        fault = ExpiredWatch(path)
+        self.expiring = [*self.expiring, fault]  # one assignment: the proxy's thread never sees a list mid-change
+        return fault
 
     def answered(self, method: str, pattern: str) -> list[Exchange]:
         """The forwarded exchanges matching ``method`` and ``pattern``, in arrival order."""
@@ -145,6 +228,12 @@ class FaultProxy:
                     break
                 self.seen[(request.method, request.path, 0)] += 1
                 await asyncio.get_running_loop().create_future()  # until the client hangs up (cancelled)
+        for expiring in self.expiring:
+            if expiring.matches(request):
+                expired = await expiring.answer(request)
+                if expired is not None:
+                    self.seen[(request.method, request.path, 410)] += 1
+                    return expired
         chaos = self.chaos
         if chaos is not None:
             chaos.matched += 1
@@ -304,4 +393,4 @@ def running(control_plane: Cluster, faults: list[Fault], *, chaos: EveryNth | No
         loop.close()
 
 
-__all__ = ["EveryNth", "Exchange", "Fault", "FaultProxy", "Stall", "running"]
+__all__ = ["EveryNth", "Exchange", "ExpiredWatch", "Fault", "FaultProxy", "Stall", "running"]

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import kopf
-from kopf._cogs.structs.credentials import Vault
 
 from usher.adapters import watching
 from usher.adapters.binding import DispatcherBinder
@@ -41,6 +40,7 @@ from usher.adapters.leading import LEASE_CONNECTIONS, KubeLeases, LeaderElector,
 from usher.adapters.metrics import Metrics
 from usher.adapters.serving import DebugSource, HealthSource, build_app, serve
 from usher.adapters.volumes import DispatcherVolumeWriter
+from usher.adapters.watching import Vault
 from usher.config import SchedulerConfig
 from usher.core.cache import Cache, DisruptionBudget, NodeInfo
 from usher.core.clock import Clock, MonotonicClock

@@ -1,4 +1,4 @@
-"""The deletions kopf misses (its re-listing after an expired watch skips them) are found, and only those.
+"""The reconciler, the safety net for deletions that slip past the watch and its re-listing, finds them, only them.
 
 A held object is declared gone only when two LISTs lack it and nothing about it
 was delivered since the first was sent. The LISTs are scripted; a script step can

@@ -1,33 +1,40 @@
-"""usher's watches deliver every event once and in order, mark the cache synced only after the listings, never stall.
+"""usher's watches deliver every event once and in order, mark the cache synced only after the listings, never stall,
+and hand on at once, as deleted, what a new listing lacks.
 
 These tests run usher's `Streams` over kopf's watch stream with the API's side
-replaced by scripted streams (kopf's ``infinite_watch``, which lists, watches and
-re-lists, is what a script stands in for) and usher's own LIST by a scripted
-lister.
+replaced by scripted streams (kopf's stream, which lists, watches and re-lists, is
+what a script stands in for, at the seam `kopf_private.watch_stream`) and usher's
+own LIST by a scripted lister. The re-listing tests hand the stream's items to
+`Streams.handle` as the stream's task does; one of them over the scheduler core's
+real cache and queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import kopf
 import pytest
-from kopf._cogs.clients import watching as kopf_watching
-from kopf._cogs.structs import references
-from kopf._cogs.structs.credentials import Vault
 
 from tests.builders import make_node, make_pod
+from tests.frameworks import scheduling_queue
 from usher.adapters import watching
+from usher.adapters.watching import Vault, kopf_private
+from usher.core.cache import Cache
+from usher.core.clock import FakeClock
+from usher.core.handling import EventHandlers
+from usher.core.types import NodeName, PodInfo, pod_key
 
 PODS = "pods"
 NODES = "nodes"
 
-Event = dict[str, Any] | kopf_watching.Bookmark
-LISTED = kopf_watching.Bookmark.LISTED
+Event = dict[str, Any] | kopf_private.Bookmark
+LISTED = kopf_private.LISTED
 
 
 def version(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -134,10 +141,10 @@ async def run_streams(
     settings = kopf.OperatorSettings()
     watching.configure(settings)
 
-    def scripted(*, resource: references.Resource, **_: Any) -> AsyncIterator[Event]:
+    def scripted(settings: kopf.OperatorSettings, resource: kopf_private.Resource) -> AsyncIterator[Event]:
         return streams.get(resource.plural) or script([])
 
-    monkeypatch.setattr(kopf_watching, "infinite_watch", scripted)
+    monkeypatch.setattr(kopf_private, "watch_stream", scripted)
     tasks = [
         asyncio.create_task(watches.streams.run(settings, Vault())),
         asyncio.create_task(watches.sync.run(listed if callable(listed) else lister(listed))),
@@ -339,18 +346,17 @@ async def test_bookmarks_kopf_s_and_the_api_server_s_are_not_delivered(monkeypat
 
 
 async def test_every_kind_is_streamed_with_its_group_version_and_scope(monkeypatch: pytest.MonkeyPatch) -> None:
-    streamed: dict[str, references.Resource] = {}
+    streamed: dict[str, kopf_private.Resource] = {}
     kinds = (*watching.KINDS, *watching.WORKLOAD_KINDS)
     all_streamed = asyncio.Event()
 
-    def recording(*, resource: references.Resource, namespace: Any, **_: Any) -> AsyncIterator[Event]:
-        assert namespace is None, "usher watches cluster-wide"
+    def recording(settings: kopf.OperatorSettings, resource: kopf_private.Resource) -> AsyncIterator[Event]:
         streamed[resource.plural] = resource
         if len(streamed) == len(kinds):
             all_streamed.set()
         return script([])
 
-    monkeypatch.setattr(kopf_watching, "infinite_watch", recording)
+    monkeypatch.setattr(kopf_private, "watch_stream", recording)
     watches = watching.register(Sink(), optional=watching.WORKLOAD_KINDS)
     task = asyncio.create_task(watches.streams.run(kopf.OperatorSettings(), Vault()))
     try:
@@ -378,7 +384,7 @@ async def test_a_failed_stream_is_started_again_after_a_backoff_and_its_new_list
     p1, p2 = make_pod().name("p1"), make_pod().name("p2")
     attempts: list[str] = []
 
-    async def failing_once(*, resource: references.Resource, **_: Any) -> AsyncIterator[Event]:
+    async def failing_once(settings: kopf.OperatorSettings, resource: kopf_private.Resource) -> AsyncIterator[Event]:
         attempts.append(resource.plural)
         if resource.plural != "pods":
             await asyncio.Event().wait()
@@ -388,7 +394,7 @@ async def test_a_failed_stream_is_started_again_after_a_backoff_and_its_new_list
         async for event in script(listing(version(p1.obj(), 2), version(p2.obj(), 3))):
             yield event
 
-    monkeypatch.setattr(kopf_watching, "infinite_watch", failing_once)
+    monkeypatch.setattr(kopf_private, "watch_stream", failing_once)
     sink = Sink()
     waits: list[float] = []
 
@@ -476,3 +482,213 @@ async def test_the_work_until_synced_grows_linearly_with_the_listed_objects(monk
     large = await _event_loop_callbacks_until_synced(monkeypatch, 2000)
 
     assert large <= 4.5 * small, f"{small} callbacks for 500 objects, {large} for 2000"
+
+
+def test_the_seam_streams_each_kind_cluster_wide_with_kopf_s_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopf_private.watch_stream` is the one call into kopf's stream; the other tests script it."""
+    calls: list[dict[str, Any]] = []
+
+    def infinite_watch(**kwargs: Any) -> AsyncIterator[Event]:
+        calls.append(kwargs)
+        return script([])
+
+    monkeypatch.setattr(kopf_private.kopf_watching, "infinite_watch", infinite_watch)
+    settings = kopf.OperatorSettings()
+    resource = kopf_private.resource("", "v1", "pods", namespaced=True)
+
+    kopf_private.watch_stream(settings, resource)
+
+    assert calls == [{"settings": settings, "resource": resource, "namespace": None}]
+
+
+# -- re-listing: what a new listing lacks is deleted at once -------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.missed: list[str] = []
+
+    def missed_deletion(self, kind: str) -> None:
+        self.missed.append(kind)
+
+
+def pod(name: str, rv: int, *, uid: str | None = None) -> dict[str, Any]:
+    obj = version(make_pod().name(name).obj(), rv)
+    obj["metadata"]["uid"] = uid or f"uid-{name}"
+    return obj
+
+
+def watched(event_type: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": event_type, "object": obj}
+
+
+def feed(streams: watching.Streams, plural: str, events: Sequence[Event]) -> None:
+    """Hand the items of kopf's stream of ``plural`` on, as the stream's task does."""
+    for event in events:
+        streams.handle(plural, event)
+
+
+@pytest.mark.parametrize(
+    ("events", "deleted"),
+    [
+        pytest.param([*listing(pod("a", 1))], [], id="the first listing deletes nothing"),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), *listing(pod("a", 1))],
+            [("b", "2")],
+            id="a pod the new listing lacks is deleted with its last known state",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), *listing()],
+            [("a", "1"), ("b", "2")],
+            id="an empty new listing deletes every pod held",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1)), watched("ADDED", pod("c", 5)), *listing(pod("a", 1))],
+            [("c", "5")],
+            id="a pod the watch added and nobody saw deleted is deleted",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), watched("MODIFIED", pod("b", 7)), *listing(pod("a", 1))],
+            [("b", "7")],
+            id="a pod the watch updated before it was deleted unseen is deleted with its update",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), watched("DELETED", pod("b", 6)), *listing(pod("a", 1))],
+            [],
+            id="a pod the watch reported deleted is not deleted twice",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), *listing(pod("a", 1), pod("b", 9, uid="uid-b2"))],
+            [],
+            id="a pod re-created under its name is replaced not deleted",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), *listing(pod("a", 1), pod("b", 2))],
+            [],
+            id="a pod the new listing holds is kept",
+        ),
+        pytest.param(
+            [*listing(pod("a", 1), pod("b", 2)), {"type": None, "object": pod("b", 2)}, *listing(pod("a", 1))],
+            [],
+            id="a listing cut short counts with the next one: what either delivered is kept",
+        ),
+    ],
+)
+def test_the_end_of_a_new_listing_deletes_at_once_what_it_lacked(
+    events: list[Event], deleted: list[tuple[str, str]]
+) -> None:
+    sink, recorder = Sink(), Recorder()
+    streams = watching.register(sink, recorder=recorder).streams
+    reported = [e["object"]["metadata"]["name"] for e in events if isinstance(e, dict) and e["type"] == "DELETED"]
+
+    feed(streams, PODS, events)
+
+    if deleted:
+        assert sink.delivered[-len(deleted) :] == [("pod", "DELETED", name, rv) for name, rv in deleted], (
+            "handed on right after the listing, as a watched deletion"
+        )
+    assert len([d for d in sink.delivered if d[1] == "DELETED"]) == len(deleted) + len(reported), "nothing else"
+    assert recorder.missed == ["pods"] * len(deleted)
+
+
+def test_a_new_listing_of_one_kind_deletes_nothing_of_another() -> None:
+    sink, recorder = Sink(), Recorder()
+    streams = watching.register(sink, recorder=recorder).streams
+    feed(streams, NODES, listing(version(make_node().name("n").obj(), 1)))
+    feed(streams, PODS, [*listing(pod("a", 2)), *listing()])
+
+    assert [(kind, name) for kind, event_type, name, _ in sink.delivered if event_type == "DELETED"] == [("pod", "a")]
+    assert recorder.missed == ["pods"]
+
+
+async def test_a_stream_started_again_after_a_failure_deletes_what_its_new_listing_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attempts = 0
+
+    async def failing_once(settings: kopf.OperatorSettings, resource: kopf_private.Resource) -> AsyncIterator[Event]:
+        nonlocal attempts
+        attempts += 1
+        if resource.plural != "pods":
+            await asyncio.Event().wait()
+        if attempts == 1:
+            for event in listing(pod("kept", 1), pod("gone", 2)):
+                yield event
+            raise RuntimeError("APIServerError: 503 after retries")
+        async for event in script(listing(pod("kept", 1))):
+            yield event
+
+    monkeypatch.setattr(kopf_private, "watch_stream", failing_once)
+    sink, recorder = Sink(), Recorder()
+
+    async def sleep(seconds: float) -> None:
+        pass
+
+    holdings = watching.Holdings({"pods": sink.on_pod})
+    streams = watching.Streams(
+        watching.InitialSync(sink, [("", "pods")]), holdings, [("", "pods")], recorder=recorder, sleep=sleep
+    )
+    task = asyncio.create_task(streams.run(kopf.OperatorSettings(), Vault()))
+    try:
+        async with asyncio.timeout(10):
+            while len(sink.delivered) < 4:
+                sink.changed.clear()
+                await sink.changed.wait()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    assert sink.delivered == [
+        ("pod", "MODIFIED", "kept", "1"),
+        ("pod", "MODIFIED", "gone", "2"),
+        ("pod", "MODIFIED", "kept", "1"),
+        ("pod", "DELETED", "gone", "2"),
+    ]
+    assert recorder.missed == ["pods"]
+    assert holdings.objects["pods"].keys() == {("default", "kept")}
+
+
+class CoreSink:
+    """The scheduler core's event handlers (cache and queue) as the watches' sink."""
+
+    def __init__(self, handlers: EventHandlers) -> None:
+        self.handlers = handlers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handlers, name)
+
+    def on_namespace(self, event_type: str | None, raw: Mapping[str, Any]) -> None:
+        pass
+
+    def mark_synced(self) -> None:
+        pass
+
+
+def test_pods_a_new_listing_lacks_leave_the_cache_and_the_queue_and_an_assumed_pod_it_holds_stays() -> None:
+    """What a deleted pod leaves behind goes as for a watched deletion; the binding usher has in flight
+    for a pod the listing shows unbound yet is not undone (the pod exists: it is listed)."""
+    handlers = EventHandlers(Cache(), scheduling_queue(FakeClock()), {"usher"})
+    streams = watching.register(CoreSink(handlers)).streams  # type: ignore[arg-type]
+    feed(streams, NODES, listing(version(make_node().name("n").obj(), 1)))
+    bound = version(make_pod().name("bound").node("n").req(cpu="1").obj(), 2)
+    pending, assumed = pod("pending", 3), pod("assumed", 4)
+    feed(streams, PODS, listing(bound, pending, assumed))
+    handlers.cache.assume(PodInfo.from_api(assumed), NodeName("n"))  # usher's binding cycle, under way
+    assert handlers.cache.sizes() == {"assumed_pods": 1, "pods": 2, "nodes": 1}
+    assert pod_key("default", "pending") in handlers.queue
+
+    feed(streams, PODS, listing(pod("assumed", 4)))  # kopf's listing after a 410: the binding not in yet
+
+    assert handlers.cache.pod(pod_key("default", "bound")) is None
+    assert pod_key("default", "pending") not in handlers.queue
+    assert handlers.cache.is_assumed(pod_key("default", "assumed"))
+    assert handlers.cache.sizes() == {"assumed_pods": 1, "pods": 1, "nodes": 1}
+    assert handlers.cache.node("n").requested.get("cpu", 0) == 0  # type: ignore[union-attr]
+
+
+def test_the_facade_exports_exactly_its_public_names() -> None:
+    public = {
+        name for name, value in vars(watching).items() if not name.startswith("_") and not inspect.ismodule(value)
+    }
+    assert sorted(watching.__all__) == sorted(public)
