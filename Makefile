@@ -20,6 +20,7 @@ help:
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make controlplane   a local control plane until Ctrl-C (prints KUBECONFIG)"
 	@echo "make conformance    Kubernetes' sig-scheduling e2e specs, kube-scheduler vs usher (README: Conformance)"
+	@echo "make dra-conformance  Kubernetes' DRA e2e specs on kwok nodes and a real node, both schedulers; README tables"
 	@echo "make image   usher's image built here without a registry (podman, Debian bases from debootstrap)"
 	@echo "make real-node-e2e  helm install on a real node (kubelet + containerd) next to the kwok nodes"
 
@@ -59,7 +60,7 @@ real-node-e2e: venv binaries node-binaries tools image
 # usher's image, built here from Debian root filesystems (debootstrap), no registry (e2e/image/build.sh;
 # README "Install"), and the real node's pause image. Cold about 4 min, warm seconds.
 image: tools
-	bash e2e/image/build.sh usher pause
+	bash e2e/image/build.sh usher pause dra
 
 lint: venv
 	$(BIN)/ruff check operator tests e2e bench conftest.py
@@ -115,3 +116,12 @@ CONFORMANCE_ARGS ?= --scheduler both
 conformance: venv binaries
 	bash e2e/build-binaries.sh e2e-test
 	$(BIN)/python -m e2e.conformance.run $(CONFORMANCE_ARGS)
+
+# Kubernetes' own DRA e2e specs (test/e2e/dra) against kube-scheduler and usher: the ones that need no kubelet
+# on kwok nodes, the ones that do on one real node (about 45 minutes; the two schedulers run side by side, each
+# on its own harness, as the kubelet specs mostly wait). Writes README's two DRA tables (README "Conformance: DRA").
+.PHONY: dra-conformance
+dra-conformance: venv binaries node-binaries tools image
+	bash e2e/build-binaries.sh e2e-test
+	$(BIN)/python -m e2e.conformance.run --suite dra --parallel --readme
+	$(BIN)/python -m e2e.conformance.run --suite dra-kubelet --parallel --readme --timeout-minutes 120

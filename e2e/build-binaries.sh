@@ -96,20 +96,20 @@ kube_ldflags() {
   printf '%s' "$ld"
 }
 
-# The sig-scheduling specs of Kubernetes' e2e suite as one test binary
+# The sig-scheduling and DRA specs of Kubernetes' e2e suite as one test binary
 # (e2e/conformance/suite/main_test.go), for e2e/conformance/run.py.
 # Not in the default targets: only the conformance run needs it.
 build_e2e_test() {
   local v="$KUBERNETES_VERSION" out="$cache/bin/$KUBERNETES_VERSION"
-  local bin="$out/e2e-scheduling.test" src="$here/conformance/suite/main_test.go"
-  local stamp="$out/e2e-scheduling.test.sha256" sum
+  local bin="$out/e2e.test" src="$here/conformance/suite/main_test.go"
+  local stamp="$out/e2e.test.sha256" sum
   sum="$(cat "$src" "$here/versions.env" | sha256sum | cut -c1-16)"
   # The binary's version alone would not notice an edited main_test.go.
   if has_version "$bin" "$v" --version && [[ "$(cat "$stamp" 2>/dev/null)" == "$sum" ]]; then
-    log "e2e-scheduling.test $v: cached"; return
+    log "e2e.test $v: cached"; return
   fi
-  log "e2e-scheduling.test $v: building (about 4 min warm, more cold, on 2 cores)"
-  local dir="$work/e2e-scheduling-$v"
+  log "e2e.test $v: building (about 4 min warm, more cold, on 2 cores)"
+  local dir="$work/e2e-test-$v"
   rm -rf "$dir"; wrapper_module "$dir"
   cp "$src" "$dir/main_test.go"
   cd "$dir"

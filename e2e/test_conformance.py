@@ -2,7 +2,7 @@
 
 usher runs as the cluster's only scheduler (profile ``default-scheduler``) on
 the conformance harness (e2e/conformance/cluster.py), and
-``e2e-scheduling.test`` runs every sig-scheduling spec except the ones listed
+``e2e.test`` runs every sig-scheduling spec except the ones listed
 as known: harness limits (no scheduler passes them on kwok; none today), one
 spec that spends 5 minutes checking nothing (run.SLOW_AND_UNINFORMATIVE) and
 usher's expected failures (e2e/conformance/expected_failures.py, missing

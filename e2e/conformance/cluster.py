@@ -18,7 +18,9 @@ harness does about it:
 - Controllers the specs rely on beyond the e2e defaults (which include PV/PVC
   binding and protection, needed by the PVC node-affinity spec and by namespaces
   with PVCs finishing their deletion): ReplicationControllers (Multi-AZ,
-  SchedulerPredicates cleanup), PodGroup protection (GenericWorkload).
+  SchedulerPredicates cleanup), PodGroup protection (GenericWorkload),
+  ResourceQuota (the DRA claim-quota specs) and DaemonSets (the DRA admin-access
+  DaemonSet spec).
 - Feature gates and APIs: ``GenericWorkload`` on the API server,
   kube-controller-manager and kube-scheduler, and ``scheduling.k8s.io/v1beta1``
   served, for the GangScheduling, Workload and WorkloadAwarePreemption specs.
@@ -52,18 +54,24 @@ from typing import Any
 
 from e2e import controlplane
 from e2e.controlplane import ControlPlane, wait_for
+from e2e.image import archive
+from e2e.node import RealNode
+from e2e.node import apiserver_args as node_apiserver_args
 
 __all__ = [
     "ALPHA_BETA_APIS",
+    "DRA_APIS",
     "EXTRA_CONTROLLERS",
     "FEATURE_GATES",
     "AllocatableMirror",
     "Cluster",
     "NodeSpec",
+    "RealNodeCluster",
     "add_node_daemons",
     "binary_path",
     "node_specs",
     "start_cluster",
+    "start_real_node_cluster",
     "wait_for",
 ]
 
@@ -78,7 +86,12 @@ ALPHA_BETA_APIS = "scheduling.k8s.io/v1beta1=true"
 EXTRA_CONTROLLERS: tuple[str, ...] = (
     "replicationcontroller-controller",
     "podgroup-protection-controller",
+    "resourcequota-controller",
+    "daemonset-controller",
 )
+#: The DRA specs also read resource.k8s.io's older versions ("with v1beta1/v1beta2 API"), as upstream's
+#: test/e2e/dra/kind.yaml serves them.
+DRA_APIS = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONES = ("zone-a", "zone-b")
@@ -125,7 +138,7 @@ def _versions() -> dict[str, str]:
 
 
 def binary_path(name: str) -> Path:
-    """A Kubernetes binary of the pinned version in build-binaries.sh's cache (e.g. ``e2e-scheduling.test``)."""
+    """A Kubernetes binary of the pinned version in build-binaries.sh's cache (e.g. ``e2e.test``)."""
     cache = Path(os.environ.get("USHER_CACHE") or "~/.cache/usher").expanduser()
     return cache / "bin" / _versions()["KUBERNETES_VERSION"] / name
 
@@ -231,6 +244,11 @@ class Cluster:
     def logs_dir(self) -> Path:
         return self.plane.logs_dir
 
+    @property
+    def e2e_args(self) -> list[str]:
+        """What e2e.test must be told about the nodes: nothing, kwok nodes have no kubelet."""
+        return []
+
     def kubectl(self, *args: str) -> str:
         return self.plane.kubectl(*args, check=False)
 
@@ -322,7 +340,7 @@ def start_cluster(
     stages.write_text(GRACEFUL_DELETE_STAGE)
     plane = controlplane.start(
         workdir,
-        extra_apiserver_args=[gates, f"--runtime-config={ALPHA_BETA_APIS}"],
+        extra_apiserver_args=[gates, f"--runtime-config={ALPHA_BETA_APIS},{DRA_APIS}"],
         controllers=(*controlplane.DEFAULT_CONTROLLERS, *EXTRA_CONTROLLERS),
         extra_kcm_args=[gates],
         extra_kwok_args=[f"--config={stages}"],
@@ -353,3 +371,60 @@ def start_cluster(
             plane.stop()
         raise
     return Cluster(plane, specs, mirror, kube_scheduler, started_seconds=round(time.monotonic() - t0, 1))
+
+
+@dataclass
+class RealNodeCluster:
+    """The control plane and one real node (kubelet and containerd, e2e.node), no kwok nodes: the harness of the
+    DRA specs that need a kubelet, its plugin registration and CDI."""
+
+    plane: ControlPlane
+    node: RealNode
+    kube_scheduler: bool
+    started_seconds: float = 0.0
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.kubeconfig
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.plane.logs_dir
+
+    @property
+    def e2e_args(self) -> list[str]:
+        """What e2e.test must be told about the node: where the kubelet keeps its plugin sockets."""
+        return [f"--kubelet-root-dir={self.node.kubelet_root}"]
+
+    def kubectl(self, *args: str) -> str:
+        return self.plane.kubectl(*args, check=False)
+
+    def stop(self) -> None:
+        try:
+            self.node.stop()
+        finally:
+            self.plane.stop()
+
+
+def start_real_node_cluster(workdir: Path, *, kube_scheduler: bool, scheduler_verbosity: int = 2) -> RealNodeCluster:
+    """The control plane as `start_cluster` makes it, without kwok nodes, and one real node running the images the
+    DRA specs use (their test driver's proxy and busybox; e2e/image/build.sh builds them)."""
+    t0 = time.monotonic()
+    gates = f"--feature-gates={FEATURE_GATES}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    plane = controlplane.start(
+        workdir,
+        extra_apiserver_args=[*node_apiserver_args(workdir), gates, f"--runtime-config={ALPHA_BETA_APIS},{DRA_APIS}"],
+        controllers=(*controlplane.DEFAULT_CONTROLLERS, *EXTRA_CONTROLLERS),
+        extra_kcm_args=[gates],
+        scheduler=kube_scheduler,
+        extra_scheduler_args=[gates, f"-v={scheduler_verbosity}"],
+    )
+    try:
+        images = tuple(archive(name) for name in ("pause", "hostpathplugin", "busybox"))
+        node = RealNode.start(plane, images=images)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            plane.stop()
+        raise
+    return RealNodeCluster(plane, node, kube_scheduler, started_seconds=round(time.monotonic() - t0, 1))

@@ -21,8 +21,9 @@ as the containers it describes. Started by the harness on request only (`make re
 - kubelet's root directory: ``/run/usher-kl-<4 hex>`` (`RealNode.kubelet_root`), not under the work
   directory. DRA drivers' sockets live beneath it (``plugins/<driver>/dra-<pod uid>.sock``), and an
   AF_UNIX path has at most 107 bytes: the DRA e2e specs' longest driver name leaves 18 characters
-  for the root. A lock on the directory (`e2e.node.roots.KubeletRoot`) tells a live node's root from one a killed
-  run left behind, which the next start unmounts and removes.
+  for the root. containerd's sockets are there too (it refuses paths over 104 bytes). A lock on the
+  directory (`e2e.node.roots.KubeletRoot`) tells a live node's root from one a killed run left
+  behind, which the next start unmounts and removes.
 - this machine: cgroup v1 with the cgroupfs driver (kubelet's ``failCgroupV1: false``, no QoS
   cgroups, no node allocatable enforcement); containerd's CRI with ``restrict_oom_score_adj``,
   since lowering oom_score_adj needs a capability the machine lacks (without it every sandbox fails
@@ -211,7 +212,9 @@ class RealNode:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.workdir / "containerd" / "containerd.sock"
+        """In kubelet's short root, not the work directory: containerd refuses a socket path over 104 bytes, and
+        a harness may nest the node's work directory deep (the DRA conformance runs do)."""
+        return self.kubelet_root / "containerd.sock"
 
     @property
     def kubelet_root(self) -> Path:
@@ -331,10 +334,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
   address = '{self.containerd_socket}'
 
 [ttrpc]
-  address = '{d}/containerd.sock.ttrpc'
+  address = '{self.containerd_socket}.ttrpc'
 
 [debug]
-  address = '{d}/debug.sock'
+  address = '{self.kubelet_root}/containerd-debug.sock'
 
 [plugins.'io.containerd.internal.v1.opt']
   path = '{d}/opt'

@@ -1,9 +1,10 @@
 // Package suite is a Kubernetes e2e test binary that holds only the
-// sig-scheduling specs (test/e2e/scheduling) of the pinned Kubernetes version.
+// sig-scheduling specs (test/e2e/scheduling) and the DRA specs (test/e2e/dra)
+// of the pinned Kubernetes version.
 //
 // Why not upstream's e2e.test: it links every SIG's specs (storage, network,
 // cloud providers) and takes far longer to build; usher only answers to the
-// scheduling ones. The flag handling and the ginkgo configuration follow
+// scheduling and DRA ones. The flag handling and the ginkgo configuration follow
 // test/e2e/e2e_test.go and test/e2e/e2e.go of the same version, so the specs
 // see the same framework they see upstream.
 //
@@ -35,8 +36,13 @@ import (
 	// define and freeze feature constants, as upstream does before the specs
 	_ "k8s.io/kubernetes/test/e2e/feature"
 
-	// the only test sources: sig-scheduling
+	// the only test sources: sig-scheduling and DRA (sig-node)
+	_ "k8s.io/kubernetes/test/e2e/dra"
 	_ "k8s.io/kubernetes/test/e2e/scheduling"
+
+	// the manifests the DRA specs deploy (dra/dra-test-driver-proxy.yaml), embedded as upstream's e2e.test does
+	"k8s.io/kubernetes/test/e2e/framework/testfiles"
+	e2etestingmanifests "k8s.io/kubernetes/test/e2e/testing-manifests"
 
 	// reconfigure the framework exactly as upstream's e2e.test does
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
@@ -63,6 +69,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "unknown additional command line arguments: %s", flag.CommandLine.Args())
 		os.Exit(1)
 	}
+	testfiles.AddFileSource(e2etestingmanifests.GetE2ETestingManifestsFS())
 	framework.AfterReadingAllFlags(&framework.TestContext)
 	os.Exit(m.Run())
 }
@@ -91,7 +98,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 	if utilnet.IsIPv6String(svc.Spec.ClusterIP) {
 		framework.TestContext.IPFamily = "ipv6"
 	}
-	framework.Logf("e2e-scheduling.test %s; %d schedulable nodes; IP family %s",
+	framework.Logf("e2e.test %s; %d schedulable nodes; IP family %s",
 		version.Get().GitVersion, framework.TestContext.CloudConfig.NumNodes, framework.TestContext.IPFamily)
 })
 
