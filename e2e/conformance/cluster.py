@@ -225,8 +225,25 @@ class AllocatableMirror(threading.Thread):
         self.join(timeout=5)
 
 
+class _OnPlane:
+    """What a started harness answers from its control plane."""
+
+    plane: ControlPlane
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.kubeconfig
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.plane.logs_dir
+
+    def kubectl(self, *args: str) -> str:
+        return self.plane.kubectl(*args, check=False)
+
+
 @dataclass
-class Cluster:
+class Cluster(_OnPlane):
     """A started harness: the control plane, its nodes, and the allocatable mirror."""
 
     plane: ControlPlane
@@ -237,20 +254,9 @@ class Cluster:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def kubeconfig(self) -> Path:
-        return self.plane.kubeconfig
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.plane.logs_dir
-
-    @property
     def e2e_args(self) -> list[str]:
         """What e2e.test must be told about the nodes: nothing, kwok nodes have no kubelet."""
         return []
-
-    def kubectl(self, *args: str) -> str:
-        return self.plane.kubectl(*args, check=False)
 
     def stop(self) -> None:
         self.mirror.stop()
@@ -374,7 +380,7 @@ def start_cluster(
 
 
 @dataclass
-class RealNodeCluster:
+class RealNodeCluster(_OnPlane):
     """The control plane and one real node (kubelet and containerd, e2e.node), no kwok nodes: the harness of the
     DRA specs that need a kubelet, its plugin registration and CDI."""
 
@@ -384,20 +390,9 @@ class RealNodeCluster:
     started_seconds: float = 0.0
 
     @property
-    def kubeconfig(self) -> Path:
-        return self.plane.kubeconfig
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.plane.logs_dir
-
-    @property
     def e2e_args(self) -> list[str]:
         """What e2e.test must be told about the node: where the kubelet keeps its plugin sockets."""
         return [f"--kubelet-root-dir={self.node.kubelet_root}"]
-
-    def kubectl(self, *args: str) -> str:
-        return self.plane.kubectl(*args, check=False)
 
     def stop(self) -> None:
         try:
