@@ -59,6 +59,42 @@ def test_the_chart_lints_and_renders_a_configuration_usher_accepts(values: str) 
     assert "--config=/etc/usher/config.yaml" in container["args"]
 
 
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_replicas_are_spread_over_nodes_and_drained_one_at_a_time(replicas: int, tmp_path: Path) -> None:
+    """With more than one replica: a soft spread over nodes (never a reason to stay Pending) and a
+    PodDisruptionBudget letting voluntary evictions take one replica at a time; one replica gets neither."""
+    rendered = [
+        d for d in yaml.safe_load_all(helm("template", "r", str(CHART), "--set", f"replicaCount={replicas}")) if d
+    ]
+    [deployment] = [d for d in rendered if d["kind"] == "Deployment"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    budgets = [d for d in rendered if d["kind"] == "PodDisruptionBudget"]
+    spread = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints")
+    if replicas == 1:
+        assert budgets == [] and spread is None
+        return
+    [budget] = budgets
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert spread == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+    ]
+    custom = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}]
+    values = yaml.safe_dump({"replicaCount": replicas, "topologySpreadConstraints": custom})
+    path = tmp_path / "spread-values.yaml"
+    path.write_text(values)
+    [deployment] = [
+        d
+        for d in yaml.safe_load_all(helm("template", "r", str(CHART), "-f", str(path)))
+        if d and d["kind"] == "Deployment"
+    ]
+    assert deployment["spec"]["template"]["spec"]["topologySpreadConstraints"] == custom, "the values' own spread wins"
+
+
 def test_the_prometheus_rules_are_valid() -> None:
     rendered = helm("template", "r", str(CHART), "-f", str(CHART / "ci" / "full-values.yaml"))
     [rule] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PrometheusRule"]
