@@ -121,6 +121,8 @@ class Driver:
         self.resource = kubernetes.client.ResourceV1Api(api_client)
         self.class_name = class_name
         self.slices: list[str] = []
+        self.classes: list[str] = []
+        """DeviceClasses a test added besides ``class_name``, removed at cleanup."""
 
     def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The ResourceClaim as the API server serves it, as a plain dict (camelCase keys)."""
@@ -151,4 +153,6 @@ class Driver:
     def cleanup(self) -> None:
         for name in self.slices:
             self.resource.delete_resource_slice(name)
+        for name in self.classes:
+            self.resource.delete_device_class(name)
         self.resource.delete_device_class(self.class_name)

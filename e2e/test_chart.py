@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from e2e.controlplane import Cluster, cache_dir, read_versions, wait_for, write_kubeconfig
-from e2e.dra_driver import Driver, claim
-from e2e.test_dra import allocate_elsewhere, claim_pod, claims_in, only_on
+from e2e.dra_driver import Driver, claim, device_class, resource_slice
+from e2e.test_dra import allocate_elsewhere, claim_pod, claims_in, extended_pod, only_on
 from e2e.test_gangs import gang_member, pod_group, pod_group_conditions
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, scheduled_events
 from e2e.usher_process import UsherProcess
@@ -189,12 +189,16 @@ def test_usher_schedules_with_only_the_charts_permissions(
     driver.publish_class()
     driver.publish_node(node, devices=1)
     driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
+    serve_extended_resource(driver, kwok_nodes("extended"), namespace)
     process = release.usher("only")
     try:
         with process:
             process.start()
             core_api.create_namespaced_pod(namespace, pod_manifest("p", release.release))
             core_api.create_namespaced_pod(namespace, claim_pod("with-device", release.release, claim_name="gpu"))
+            core_api.create_namespaced_pod(
+                namespace, extended_pod("extended", release.release, extended_resource(namespace), 1)
+            )
             core_api.create_namespaced_pod(namespace, pod_manifest("too-big", release.release, cpu="100"))
             scheduling = kubernetes.client.SchedulingV1beta1Api(core_api.api_client)
             scheduling.create_namespaced_pod_group(namespace, pod_group("gang", 1))
@@ -209,6 +213,11 @@ def test_usher_schedules_with_only_the_charts_permissions(
                 lambda: core_api.read_namespaced_pod("with-device", namespace).spec.node_name,
                 30,
                 "the pod with a device claim bound (claim finalizer, allocation and reservation written)",
+            )
+            wait_for(
+                lambda: core_api.read_namespaced_pod("extended", namespace).spec.node_name,
+                30,
+                "the pod asking for a DRA-served extended resource bound (its claim created)",
             )
             wait_for(
                 lambda: any(
@@ -231,6 +240,21 @@ def test_usher_schedules_with_only_the_charts_permissions(
     assert "forbidden" not in text.lower(), text[-3000:]
 
 
+def extended_resource(namespace: str) -> str:
+    return f"e2e.usher.dev/{namespace[-50:]}"
+
+
+def serve_extended_resource(driver: Driver, node: str, namespace: str) -> None:
+    """A second DeviceClass of the driver's that serves `extended_resource` (DRAExtendedResource), and a device
+    on ``node``: a pod asking for the resource gets a claim usher makes for it."""
+    served = f"{driver.class_name}-extended"
+    body = device_class(served)
+    body["spec"]["extendedResourceName"] = extended_resource(namespace)
+    driver.resource.create_device_class(body)  # type: ignore[arg-type]  # a dict body is sent as is
+    driver.classes.append(served)
+    driver.publish(resource_slice(f"{node}-extended", node, devices=[{"name": "gpu-x"}]))
+
+
 @dataclass(frozen=True)
 class Needed:
     """A rule of the chart's RBAC, and what goes wrong without it."""
@@ -239,7 +263,7 @@ class Needed:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     symptom: str
-    """unready: usher cannot list what it must cache; binding, condition, device, deallocation, event,
+    """unready: usher cannot list what it must cache; binding, condition, device, extended, deallocation, event,
     preemption, volume, podgroup: that write fails; lease: this instance never leads; lease-create: a deleted
     Lease is never re-created, so this instance never leads."""
 
@@ -268,6 +292,9 @@ NEEDED = {
     ),
     "without resourceclaims get/list/watch/update usher never gets ready": Needed(
         "ClusterRole", ("resourceclaims",), ("get", "list", "watch", "update"), "unready"
+    ),
+    "without resourceclaims create/delete a pod asking for a DRA-served extended resource is never bound": Needed(
+        "ClusterRole", ("resourceclaims",), ("create", "delete"), "extended"
     ),
     "without resourceclaims/status update no claim is allocated": Needed(
         "ClusterRole", ("resourceclaims/status",), ("update",), "device"
@@ -377,6 +404,12 @@ def test_every_rule_of_the_charts_rbac_is_needed(
                 driver.publish_node(node, devices=1)
                 driver.resource.create_namespaced_resource_claim(namespace, claim("gpu", driver.class_name))
                 core_api.create_namespaced_pod(namespace, claim_pod("p", release.release, claim_name="gpu"))
+            elif needed.symptom == "extended":
+                driver.publish_class()
+                serve_extended_resource(driver, node, namespace)
+                core_api.create_namespaced_pod(
+                    namespace, extended_pod("p", release.release, extended_resource(namespace), 1)
+                )
             elif needed.symptom == "deallocation":
                 driver.publish_class()
                 elsewhere = kwok_nodes("elsewhere")
