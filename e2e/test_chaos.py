@@ -12,8 +12,9 @@ something real in the middle of it, and then reads the cluster back:
   the thing killed: then its successor is).
 
 Nothing here waits on a timing: each wait is for a condition read from the
-API server. A leader stopped by SIGTERM mid-burst with a follower waiting is here; a
-leader's Lease calls stalled and a deleted Lease are ``test_leader_fencing.py``; a plain-pod crash of usher mid-burst is
+API server. A leader stopped by SIGTERM, its Lease calls stalled and its Lease deleted,
+mid DRA burst with a follower waiting, are here (plain-pod versions with the
+bindings' timing in ``test_leader_fencing.py``); a plain-pod crash of usher mid-burst is
 ``test_scheduling.py``'s ``test_a_crash_in_the_middle_of_a_burst_binds_every_pod_exactly_once``.
 """
 
@@ -33,7 +34,7 @@ from e2e import faultproxy
 from e2e.controlplane import Cluster, ControlPlane, RestartableControlPlane, wait_for
 from e2e.dra_driver import Driver, claim_template
 from e2e.test_dra import claim_pod, claims_in
-from e2e.test_leader_fencing import two_replicas
+from e2e.test_leader_fencing import LEASE_CALLS, two_replicas
 from e2e.test_scheduling import assert_no_node_overcommitted, pod_manifest, pods_in, scheduled_events
 from e2e.usher_process import UsherProcess
 
@@ -289,3 +290,56 @@ def test_a_leader_stopped_by_sigterm_mid_dra_burst_writes_nothing_once_the_follo
         )
         assert "released lease" in pair.leader.log_path.read_text(), "the Lease was released after the drain"
         assert_consistent(core_api, driver, namespace, nodes, pair.scheduler, total)
+
+
+@pytest.mark.parametrize("fault", ["Lease calls stalled", "Lease deleted"])
+def test_a_leader_losing_its_lease_mid_dra_burst_hands_over_with_no_device_or_pod_doubled(
+    control_plane: ControlPlane,
+    core_api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    kwok_nodes: Callable[..., str],
+    driver: Driver,
+    test_id: str,
+    tmp_path: Path,
+    fault: str,
+) -> None:
+    """The leader's Lease calls hang (it must stop by its renew deadline, before the follower may take over), or
+    the Lease is deleted (the leader re-creates it and goes on, or, if it cannot, a follower does a lease duration
+    later): either way the DRA burst ends with each pod bound once, each device allocated once, each claim reserved
+    for its bound pod, and no write of a replica that no longer led answered after the other's first claim or
+    binding write arrived."""
+    total = 40
+    nodes = nodes_with_devices(kwok_nodes, driver, 3, devices=8)
+    with two_replicas(control_plane, core_api, namespace, test_id, tmp_path) as pair:
+        burst = Burst(core_api, namespace, pair.scheduler, driver, total)
+        burst.create(total // 2)
+        wait_for(lambda: burst.bound() >= 6, 60, "the first pods bound")
+        if fault == "Lease calls stalled":
+            for method in ("GET", "PUT"):
+                pair.leader_proxy.stall(method, LEASE_CALLS)
+            burst.create(4)  # pods the stalled leader may still bind before its renew deadline
+            wait_for(
+                lambda: pair.follower.metric("leader_election_master_status", name=pair.scheduler) == 1,
+                30,
+                "the follower to lead",
+            )
+        else:
+            coordination = kubernetes.client.CoordinationV1Api(core_api.api_client)
+            coordination.delete_namespaced_lease(pair.scheduler, namespace)
+        burst.create(total - burst.created)
+        wait_for(lambda: burst.bound() == total, 120, "every pod bound")
+        assert_consistent(core_api, driver, namespace, nodes, pair.scheduler, total)
+        led = [e for method in ("PUT", "PATCH", "POST") for e in pair.leader_proxy.answered(method, SCHEDULING_WRITES)]
+        followed = [
+            e for method in ("PUT", "PATCH", "POST") for e in pair.follower_proxy.answered(method, SCHEDULING_WRITES)
+        ]
+        if fault == "Lease calls stalled":
+            assert followed, "the follower took over"
+            assert pair.leader.process is not None
+            wait_for(lambda: pair.leader.process.poll() is not None, 60, "the stalled leader exits by itself")
+        if led and followed:
+            last_led, first_followed = max(e.answered for e in led), min(e.arrived for e in followed)
+            assert last_led < first_followed, (
+                f"the old leader's last claim or binding write was answered {last_led - first_followed:.3f}s after "
+                "the new leader's first one reached the API server"
+            )
