@@ -294,7 +294,7 @@ def _profile(raw: Any, path: str, registry: Registry, ignored: list[IgnoredField
         if plugin in configured:
             raise ConfigError(f"{entry_path}.name: {plugin} configured twice")
         configured.add(plugin)
-        args = _mapping(entry_map.get("args") or {}, f"{entry_path}.args")
+        args = _typed_args(plugin, _mapping(entry_map.get("args") or {}, f"{entry_path}.args"), entry_path)
         _check_numbers(args, f"{entry_path}.args")
         if plugin in registry:
             plugin_config[plugin] = PluginArgs(args, entry_path)
@@ -339,6 +339,20 @@ def _plugin_refs(raw: Any, path: str, registry: Registry, *, enabling: bool) -> 
             _integer(weight, f"{item_path}.weight", minimum=1, maximum=100, message="must be an integer in 1..100")
         refs.append(PluginRef(name, weight))
     return refs
+
+
+def _typed_args(plugin: str, args: dict[str, Any], path: str) -> dict[str, Any]:
+    """The args without ``apiVersion``/``kind``, which kube-scheduler's own config dumps carry: as its decoder, the
+    type must be the plugin's (``<Name>Args`` of kubescheduler.config.k8s.io, the v1 this file is)."""
+    if "apiVersion" not in args and "kind" not in args:
+        return args
+    api_version, kind = args.get("apiVersion", API_VERSION), args.get("kind", f"{plugin}Args")
+    if api_version != API_VERSION:
+        raise ConfigError(f"{path}.args.apiVersion: must be {API_VERSION!r} (or left out), got {api_version!r}")
+    if kind != f"{plugin}Args":
+        group = API_VERSION.partition("/")[0]
+        raise ConfigError(f"{path}: args for plugin {plugin} were not of type {plugin}Args.{group}, got {kind}.{group}")
+    return {key: value for key, value in args.items() if key not in ("apiVersion", "kind")}
 
 
 def _leader_election(raw: Any, path: str) -> LeaderElectionConfig:

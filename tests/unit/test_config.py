@@ -618,3 +618,42 @@ def test_the_readme_example_configuration_loads() -> None:
     config = parse_config(yaml.safe_load(example), registry=in_tree_registry())
     assert config.scheduler_names == ["usher", "usher-packed"]
     assert config.metrics_bind_address == "0.0.0.0:10251" and config.ignored == ()
+
+
+def test_typed_plugin_args_as_kube_scheduler_dumps_them_are_accepted() -> None:
+    """kube-scheduler's own defaulted configuration carries apiVersion and kind in every plugin's args."""
+    typed = parse(
+        "profiles: [{schedulerName: a, pluginConfig: [{name: NodeResourcesFit, args: "
+        "{apiVersion: kubescheduler.config.k8s.io/v1, kind: NodeResourcesFitArgs, "
+        "scoringStrategy: {type: MostAllocated, resources: [{name: cpu, weight: 1}]}}}]}]"
+    )
+    plain = parse(
+        "profiles: [{schedulerName: a, pluginConfig: [{name: NodeResourcesFit, args: "
+        "{scoringStrategy: {type: MostAllocated, resources: [{name: cpu, weight: 1}]}}}]}]"
+    )
+    assert (
+        typed.profiles[0].plugin_config["NodeResourcesFit"].args
+        == plain.profiles[0].plugin_config["NodeResourcesFit"].args
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            "{apiVersion: kubescheduler.config.k8s.io/v1, kind: InterPodAffinityArgs}",
+            "profiles[0].pluginConfig[0]: args for plugin DefaultPreemption were not of type "
+            "DefaultPreemptionArgs.kubescheduler.config.k8s.io, got InterPodAffinityArgs.kubescheduler.config.k8s.io",
+            id="another plugin's kind (upstream's scheme test)",
+        ),
+        pytest.param(
+            "{apiVersion: kubescheduler.config.k8s.io/v1beta3, kind: DefaultPreemptionArgs}",
+            "profiles[0].pluginConfig[0].args.apiVersion: must be 'kubescheduler.config.k8s.io/v1' (or left out), "
+            "got 'kubescheduler.config.k8s.io/v1beta3'",
+            id="a version 1.37 does not serve",
+        ),
+    ],
+)
+def test_typed_plugin_args_of_another_type_are_refused_naming_it(args: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(message) + "$"):
+        parse(f"profiles: [{{schedulerName: a, pluginConfig: [{{name: DefaultPreemption, args: {args}}}]}}]")
