@@ -341,7 +341,7 @@ def _plugin_refs(raw: Any, path: str, registry: Registry, *, enabling: bool) -> 
     return refs
 
 
-def _typed_args(plugin: str, args: dict[str, Any], path: str) -> dict[str, Any]:
+def _typed_args(plugin: str, args: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     """The args without ``apiVersion``/``kind``, which kube-scheduler's own config dumps carry: as its decoder, the
     type must be the plugin's (``<Name>Args`` of kubescheduler.config.k8s.io, the v1 this file is)."""
     if "apiVersion" not in args and "kind" not in args:
