@@ -106,6 +106,21 @@ class Sink:
         return [(event_type, rv) for _, event_type, n, rv in self.delivered if n == name]
 
 
+async def run_until_delivered(streams: watching.Streams, sink: Sink, count: int) -> None:
+    """Run the streams alone (no initial sync, unlike `run_streams` and `Sink.until`) until the sink holds ``count``
+    deliveries (10 s at most), then stop them."""
+    task = asyncio.create_task(streams.run(kopf.OperatorSettings(), Vault()))
+    try:
+        async with asyncio.timeout(10):
+            while len(sink.delivered) < count:
+                sink.changed.clear()
+                await sink.changed.wait()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 Listed = Mapping[str, Sequence[Collection[str]]]
 """Per plural, what usher's successive LISTs of that kind return (the last one repeats); unlisted kinds are empty."""
 
@@ -404,16 +419,7 @@ async def test_a_failed_stream_is_started_again_after_a_backoff_and_its_new_list
     sync = watching.InitialSync(sink, [("", "pods")])
     holdings = watching.Holdings({"pods": sink.on_pod})
     streams = watching.Streams(sync, holdings, [("", "pods")], retry=0.5, sleep=sleep)
-    task = asyncio.create_task(streams.run(kopf.OperatorSettings(), Vault()))
-    try:
-        async with asyncio.timeout(10):
-            while len(sink.delivered) < 3:
-                sink.changed.clear()
-                await sink.changed.wait()
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await run_until_delivered(streams, sink, 3)
 
     assert attempts == ["pods", "pods"]
     assert waits == [0.5]
@@ -628,16 +634,7 @@ async def test_a_stream_started_again_after_a_failure_deletes_what_its_new_listi
     streams = watching.Streams(
         watching.InitialSync(sink, [("", "pods")]), holdings, [("", "pods")], recorder=recorder, sleep=sleep
     )
-    task = asyncio.create_task(streams.run(kopf.OperatorSettings(), Vault()))
-    try:
-        async with asyncio.timeout(10):
-            while len(sink.delivered) < 4:
-                sink.changed.clear()
-                await sink.changed.wait()
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await run_until_delivered(streams, sink, 4)
 
     assert sink.delivered == [
         ("pod", "MODIFIED", "kept", "1"),
