@@ -113,25 +113,36 @@ build_usher() {
   echo "$ref"
 }
 
+# small_image ARCHIVE REF SUM CONTAINERFILE [GO_SOURCE]: REF made from CONTAINERFILE, with the static Go program
+# in GO_SOURCE built into the context under ARCHIVE's name (pause for pause.oci.tar), unless podman has it built
+# from SUM; saved as ARCHIVE.
+small_image() {
+  local archive="$1" ref="$2" sum="$3" containerfile="$4" src="${5:-}" name dir t0=$SECONDS
+  name="$(basename "$archive" .oci.tar)"
+  dir="$images/$name-build"
+  if built "$ref" "$sum"; then
+    log "$ref: cached"
+  else
+    rm -rf "$dir"; mkdir -p "$dir"
+    if [[ -n "$src" ]]; then
+      (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$dir/$name" .)
+    fi
+    printf '%s\n' "$containerfile" > "$dir/Containerfile"
+    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
+    log "$ref: built in $((SECONDS - t0)) s"
+  fi
+  save "$ref" "$archive"
+  echo "$ref"
+}
+
 # The pod sandbox's image: e2e/node/pause (a static Go program that waits for a signal), alone in
 # an image FROM scratch.
 build_pause() {
   need podman
-  local src="$repo/e2e/node/pause" sum dir ref
+  local src="$repo/e2e/node/pause" sum
   sum="$(cat "$src"/*.go "$src/go.mod" | sha256sum | cut -c1-12)"
-  ref="$PAUSE_IMAGE"
-  if built "$ref" "$sum"; then
-    log "$ref: cached"
-  else
-    dir="$images/pause-build"
-    rm -rf "$dir"; mkdir -p "$dir"
-    (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$dir/pause" .)
-    printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' > "$dir/Containerfile"
-    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
-    log "$ref: built"
-  fi
-  save "$ref" "$images/pause.oci.tar"
-  echo "$ref"
+  small_image "$images/pause.oci.tar" "$PAUSE_IMAGE" "$sum" \
+    "$(printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]')" "$src"
 }
 
 # What the DRA e2e specs' proxy pod runs (test/e2e/testing-manifests/dra/dra-test-driver-proxy.yaml):
@@ -140,22 +151,11 @@ build_pause() {
 # e2e/dra-proxy (proxy mode alone, stdlib Go) on the runtime root filesystem.
 build_hostpathplugin() {
   need podman debootstrap runc
-  local src="$repo/e2e/dra-proxy" base containerfile sum dir ref="$HOSTPATHPLUGIN_IMAGE" t0=$SECONDS
+  local src="$repo/e2e/dra-proxy" base containerfile sum
   base="$(runtime_rootfs)"
   containerfile="$(printf 'FROM %s\nCOPY hostpathplugin /hostpathplugin\nENTRYPOINT ["/hostpathplugin"]' "$base")"
   sum="$(cat "$src"/*.go "$src/go.mod" <(echo "$containerfile") | sha256sum | cut -c1-12)"
-  if built "$ref" "$sum"; then
-    log "$ref: cached"
-  else
-    dir="$images/hostpathplugin-build"
-    rm -rf "$dir"; mkdir -p "$dir"
-    (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$dir/hostpathplugin" .)
-    echo "$containerfile" > "$dir/Containerfile"
-    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
-    log "$ref: built in $((SECONDS - t0)) s"
-  fi
-  save "$ref" "$images/hostpathplugin.oci.tar"
-  echo "$ref"
+  small_image "$images/hostpathplugin.oci.tar" "$HOSTPATHPLUGIN_IMAGE" "$sum" "$containerfile" "$src"
 }
 
 # The image of the DRA e2e specs' test pods (test/utils/image's BusyBox): they run
@@ -163,21 +163,11 @@ build_hostpathplugin() {
 # `env` in them. Any root filesystem with a shell and coreutils serves: the runtime one.
 build_busybox() {
   need podman debootstrap runc
-  local base containerfile sum dir ref="$E2E_BUSYBOX_IMAGE"
+  local base containerfile sum
   base="$(runtime_rootfs)"
   containerfile="$(printf 'FROM %s\nCMD ["/bin/sh"]' "$base")"
   sum="$(echo "$containerfile" | sha256sum | cut -c1-12)"
-  if built "$ref" "$sum"; then
-    log "$ref: cached"
-  else
-    dir="$images/busybox-build"
-    rm -rf "$dir"; mkdir -p "$dir"
-    echo "$containerfile" > "$dir/Containerfile"
-    "${podman[@]}" build --quiet --label "usher.source=$sum" -t "$ref" -f "$dir/Containerfile" "$dir" >/dev/null
-    log "$ref: built"
-  fi
-  save "$ref" "$images/busybox.oci.tar"
-  echo "$ref"
+  small_image "$images/busybox.oci.tar" "$E2E_BUSYBOX_IMAGE" "$sum" "$containerfile"
 }
 
 targets=("$@")
